@@ -1,0 +1,16 @@
+# The two commands a new user needs (README, "Set-up"): `make lab` and `make test`.
+# Both build .venv first; scripts/setup_env.sh returns at once when it is up to date.
+VENV := .venv
+.PHONY: lab test env clean-env
+
+lab: env
+	$(VENV)/bin/jupyter lab $(LAB_ARGS)
+
+test: env
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+env:
+	bash scripts/setup_env.sh
+
+clean-env:
+	rm -rf $(VENV)

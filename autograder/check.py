@@ -1,0 +1,70 @@
+"""The two entry points: ``check`` for a student's self-check, ``grade`` for nbgrader cells."""
+from __future__ import annotations
+
+import secrets
+
+from . import device, exercises, throughput
+from .correctness import run_cases
+from .report import CheckResult, ThroughputResult
+
+
+class GradingFailure(AssertionError):
+    """A failed nbgrader test: shows the verdict only, never the test cell's code."""
+
+    def _render_traceback_(self):  # IPython prints this instead of the traceback
+        return [f"GradingFailure: {self}"]
+
+
+def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
+          measure_throughput: bool = True, verbose: bool = True) -> CheckResult:
+    """Check ``fn`` against the exercise's reference on fresh random inputs; time it on a GPU.
+
+    Prints a compact summary and returns the :class:`CheckResult`. Pass the printed seed
+    back as ``seed=`` to replay exactly the same inputs.
+    """
+    spec = exercises.get(exercise)
+    where = device.current()
+    seed = secrets.randbits(31) if seed is None else seed
+    result = CheckResult(spec.name, seed, run_cases(spec, fn, spec.cases(cases, where.device), seed, where.device))
+    if measure_throughput:
+        if not where.has_gpu:
+            result.throughput = throughput.not_measured()
+        elif not result.correct:
+            result.throughput = ThroughputResult("not measured", "not measured: fix correctness first.")
+        else:
+            result.throughput = throughput.measure(spec, fn, seed)
+    if verbose:
+        print(result.summary())
+    return result
+
+
+def grade(exercise: str, fn, part: str) -> float:
+    """An nbgrader test cell: print the verdict and return the points earned.
+
+    ``part`` is ``correctness`` (the cases students also see), ``hidden`` (cases only
+    grading runs) or ``throughput`` (GPU timing against PyTorch). nbgrader reads a
+    number returned by a cell as partial credit; nothing earned raises
+    :class:`GradingFailure`, which nbgrader scores 0.
+    """
+    spec = exercises.get(exercise)
+    if part not in spec.points:
+        raise ValueError(f"part={part!r}: use one of {', '.join(spec.points)}")
+    points = spec.points[part]
+    if part == "throughput":
+        if device.current().has_gpu:
+            verdict = check(exercise, fn, verbose=False).throughput
+        else:
+            verdict = throughput.not_measured()
+        print(f"{exercise} throughput: {verdict.message}")
+        if verdict.passed:
+            return points
+        if verdict.status == "not measured" and not device.current().has_gpu \
+                and throughput.cpu_policy() == "award":
+            print(f"Points awarded without a GPU ({throughput.CPU_POLICY_VAR}=award).")
+            return points
+        raise GradingFailure(f"{exercise} throughput: {verdict.message}")
+    result = check(exercise, fn, cases="visible" if part == "correctness" else "hidden",
+                   measure_throughput=False)
+    if not any(c.passed for c in result.cases):
+        raise GradingFailure(f"{exercise} {part}: no case passed; see the summary above.")
+    return round(points * result.fraction_passed, 2)

@@ -1,0 +1,150 @@
+"""Correctness against the PyTorch reference, with failures a student can act on."""
+from __future__ import annotations
+
+import inspect
+import traceback
+from pathlib import Path
+
+import torch
+
+from .guards import KernelTimeout, OutOfBoundsAccess, time_limit, watch
+from .report import CaseResult
+from .spec import Case, Exercise
+
+_PACKAGE_DIR = str(Path(__file__).parent)
+SHOWN_MISMATCHES = 5
+
+
+def signature_problem(exercise: Exercise, fn, args) -> str | None:
+    """A sentence saying why ``fn`` cannot be called with ``args``, or None."""
+    if not callable(fn):
+        return f"expected a function `{exercise.signature}`, got {type(fn).__name__}."
+    try:
+        inspect.signature(fn).bind(*args)
+    except TypeError:
+        return f"`{getattr(fn, '__name__', fn)}` cannot be called as `{exercise.signature}`."
+    except ValueError:
+        pass  # no introspectable signature (a builtin): the call itself will tell
+    return None
+
+
+def run_cases(exercise: Exercise, fn, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
+    """Run ``fn`` on fresh inputs for every case; keep earlier outputs to catch reuse."""
+    earlier: list[torch.Tensor] = []
+    return [_run_case(exercise, fn, case, seed + i, device, earlier) for i, case in enumerate(cases)]
+
+
+def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
+    inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), device)
+    given = tuple(_clone_keeping_strides(t) for t in inputs)
+    if (problem := signature_problem(exercise, fn, given)) is not None:
+        return CaseResult(case.label, False, problem)
+    try:
+        with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {case.label}"), \
+                watch(exercise.allowed_ops) as record:
+            out = fn(*given)
+            if device == "cuda":
+                torch.cuda.synchronize()
+    except Exception as error:  # the student's code: every failure becomes a message
+        return CaseResult(case.label, False, explain_exception(exercise, error))
+    problem = (_integrity_problem(exercise, record)
+               or _changed_inputs(inputs, given)
+               or _output_problem(exercise, out, inputs[0], case)
+               or _aliasing_problem(out, given, earlier)
+               or compare(out, _reference(exercise, inputs), *exercise.tolerances[case.dtype]))
+    earlier.append(out)
+    return CaseResult(case.label, problem is None, problem or "")
+
+
+def _clone_keeping_strides(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _reference(exercise: Exercise, inputs) -> torch.Tensor:
+    return exercise.reference(*(t.double() if t.is_floating_point() else t for t in inputs))
+
+
+def _integrity_problem(exercise: Exercise, record) -> str | None:
+    if record.torch_ops:
+        ops = ", ".join(sorted(set(record.torch_ops)))
+        return (f"`{exercise.function}` computed with PyTorch ({ops}). This exercise asks for the "
+                f"arithmetic inside your Triton kernel; the wrapper may only allocate and launch.")
+    if not record.launches:
+        return f"`{exercise.function}` returned without launching a Triton kernel (kernel[grid](...))."
+    return None
+
+
+def _changed_inputs(originals, given) -> str | None:
+    for i, (a, b) in enumerate(zip(originals, given)):
+        if not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
+            return f"input {i} was changed by the call: write results to a new tensor, not into the inputs."
+    return None
+
+
+def _output_problem(exercise: Exercise, out, first_input, case: Case) -> str | None:
+    if type(out) is not torch.Tensor:  # subclasses could override comparisons
+        return f"`{exercise.function}` returned {type(out).__name__}, expected a torch.Tensor."
+    expected_shape = tuple(case.shape)
+    if tuple(out.shape) != expected_shape:
+        return f"output shape is {tuple(out.shape)}, expected {expected_shape} (the inputs' shape)."
+    if out.dtype != case.dtype:
+        return f"output dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
+    if out.device != first_input.device:
+        return f"output is on {out.device}, expected {first_input.device} (where the inputs are)."
+    return None
+
+
+def _aliasing_problem(out, given, earlier) -> str | None:
+    storage = out.untyped_storage().data_ptr()
+    if any(storage == t.untyped_storage().data_ptr() for t in given):
+        return "the output shares memory with an input: allocate a new tensor for the result."
+    if any(storage == t.untyped_storage().data_ptr() for t in earlier):
+        return ("the output is the same buffer an earlier call returned: allocate a new tensor "
+                "on every call (a cached buffer changes results the caller already holds).")
+    return None
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> str | None:
+    """None when ``out`` matches ``ref`` within tolerance, else a short mismatch table."""
+    got, want = out.detach().double().cpu(), ref.detach().double().cpu()
+    close = torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(close.all()):
+        return None
+    err = (got - want).abs().nan_to_num(float("inf"))
+    rel = err / want.abs().clamp_min(atol)
+    bad = (~close).nonzero()
+    lines = [f"{len(bad)} of {out.numel()} elements differ (atol={atol:g}, rtol={rtol:g}); "
+             f"worst abs error {err[~close].max().item():.3g}, worst rel error {rel[~close].max().item():.3g}"]
+    nan_new = int((got.isnan() & ~want.isnan()).sum())
+    inf_new = int((got.isinf() & ~want.isinf()).sum())
+    if nan_new or inf_new:
+        lines.append(f"your output has {nan_new} NaN and {inf_new} Inf where the reference has none")
+    lines.append(f"{'index':>14}  {'yours':>12}  {'expected':>12}")
+    for idx in bad[:SHOWN_MISMATCHES].tolist():
+        lines.append(f"{str(tuple(idx)):>14}  {got[tuple(idx)].item():>12.6g}  {want[tuple(idx)].item():>12.6g}")
+    return "\n".join(lines)
+
+
+def explain_exception(exercise: Exercise, error: BaseException) -> str:
+    """One line saying what probably went wrong, above the traceback of the student's code."""
+    cause = error.__cause__ or error
+    if isinstance(cause, NotImplementedError):
+        headline = f"`{exercise.function}` is not written yet (it raised NotImplementedError)."
+    elif isinstance(cause, KernelTimeout):
+        return str(cause)
+    elif isinstance(cause, OutOfBoundsAccess):
+        return f"your kernel accessed memory out of bounds: {cause}"
+    elif type(error).__name__ == "CompilationError":
+        headline = "Triton could not compile your kernel; the first lines below say where."
+    else:
+        headline = f"`{exercise.function}` raised {type(cause).__name__}: {cause}".splitlines()[0]
+    return headline + "\n" + _student_traceback(error)
+
+
+def _student_traceback(error: BaseException, limit_lines: int = 12) -> str:
+    """The traceback without the grader's own frames, trimmed to a readable length."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    text = "".join(traceback.format_list(frames[-4:]))
+    text += "".join(traceback.format_exception_only(type(error), error))
+    lines = text.rstrip().splitlines()
+    return "\n".join(lines[:limit_lines] + (["..."] if len(lines) > limit_lines else []))

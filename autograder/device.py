@@ -1,0 +1,103 @@
+"""Where kernels run: the GPU when PyTorch sees one, Triton's interpreter on the CPU otherwise.
+
+Call :func:`setup_device` once, at the top of a notebook, before any ``@triton.jit``:
+Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, not when it is launched.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+ENV_VAR = "TRITON_COURSE_DEVICE"
+"""Force the choice: ``gpu`` or ``cpu``; unset or ``auto`` picks the GPU when there is one."""
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """The device the course runs on, as chosen by :func:`setup_device`."""
+
+    device: str
+    """Where tensors live: ``"cuda"`` or ``"cpu"``."""
+    interpreted: bool
+    """True when kernels run in Triton's interpreter (NumPy, one program at a time)."""
+    name: str
+    """The card's name, or ``"CPU"``."""
+
+    @property
+    def has_gpu(self) -> bool:
+        return not self.interpreted
+
+    def describe(self) -> str:
+        if self.interpreted:
+            return (f"Triton course: {self.name}, kernels run in Triton's interpreter "
+                    "(TRITON_INTERPRET=1). Results are exact but slow, bfloat16 is not "
+                    "supported, and throughput checks need a GPU.")
+        return (f"Triton course: GPU {self.name}; kernels are compiled to machine code "
+                "and throughput checks are live.")
+
+
+_choice: DeviceChoice | None = None
+
+
+def setup_device(verbose: bool = True) -> DeviceChoice:
+    """Pick the GPU or the interpreter (once per process), print one line, return the choice."""
+    global _choice
+    if _choice is None:
+        _choice = _choose()
+        if _choice.interpreted:
+            from .guards import install_interpreter_bounds_check
+            install_interpreter_bounds_check()
+    if verbose:
+        print(_choice.describe())
+    return _choice
+
+
+def current() -> DeviceChoice:
+    """The choice made by :func:`setup_device`, making it silently if nobody has yet."""
+    return _choice or setup_device(verbose=False)
+
+
+def _choose() -> DeviceChoice:
+    import torch
+
+    wanted = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "gpu", "cpu"):
+        raise ValueError(f"{ENV_VAR}={wanted!r}: use 'gpu', 'cpu' or leave it unset.")
+    if os.environ.get("TRITON_INTERPRET") == "1" and wanted == "auto":
+        wanted = "cpu"  # the user already asked Triton for its interpreter
+    gpu = torch.cuda.is_available()
+    if wanted == "gpu" and not gpu:
+        raise RuntimeError(f"{ENV_VAR}=gpu, but PyTorch sees no CUDA GPU "
+                           f"(torch {torch.__version__}). Unset {ENV_VAR} to run on the CPU.")
+    if gpu and wanted != "cpu":
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            raise RuntimeError(f"TRITON_INTERPRET=1 is set but {ENV_VAR}=gpu: unset one of them.")
+        return DeviceChoice("cuda", False, torch.cuda.get_device_name())
+    _check_interpreter_versions()
+    os.environ["TRITON_INTERPRET"] = "1"
+    _set_interpret_knob()
+    return DeviceChoice("cpu", True, "CPU")
+
+
+def _set_interpret_knob() -> None:
+    """Recent Triton caches the variable in ``triton.knobs``; older versions read it directly."""
+    import triton
+
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs.runtime, "interpret"):
+        knobs.runtime.interpret = True
+
+
+def _check_interpreter_versions() -> None:
+    import numpy
+    import triton
+
+    def major_minor(version: str) -> tuple[int, int]:
+        major, minor = version.split(".")[:2]
+        return int(major), int(minor)
+
+    if major_minor(triton.__version__) < (3, 9) and major_minor(numpy.__version__) >= (2, 4):
+        raise RuntimeError(
+            f"Triton {triton.__version__}'s interpreter breaks under numpy {numpy.__version__} "
+            "(a `for` loop over a runtime bound fails). Install triton>=3.9 "
+            "(pip install 'triton>=3.9,<3.10') or numpy<2.4 (pip install 'numpy<2.4').")

@@ -1,0 +1,143 @@
+"""Generate the parts of notebooks that have a source elsewhere, or report that they drifted.
+
+Cells carry ``metadata.course.role``:
+
+- ``colab-badge`` / ``colab-install``: from ``[tool.triton-course] repository`` in pyproject.toml;
+- ``solution``: the section of a ``solutions/`` module named by ``from`` and ``section``;
+- ``kernel``: the same without nbgrader's solution markers, for a lesson's live kernel;
+- ``rubric``: the exercise's points and threshold, from :mod:`autograder.exercises`;
+- ``test``: the nbgrader test cell of one graded ``part``, with its points.
+
+``python -m autograder.notebook_sync`` rewrites them; ``--check`` only reports (the tests use it).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+
+from . import exercises
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIRS = ("notebooks", "source")
+SECTION_MARK = "# --- notebook cell: "
+
+
+def repository() -> str:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return config["tool"]["triton-course"]["repository"].rstrip("/")
+
+
+def colab_badge(path: Path) -> str:
+    repo = repository().removeprefix("https://github.com/")
+    url = f"https://colab.research.google.com/github/{repo}/blob/main/{path.relative_to(ROOT).as_posix()}"
+    return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
+
+
+def colab_install() -> str:
+    return ("# In Colab this installs the course package; anywhere else it does nothing.\n"
+            "import sys\n"
+            "if \"google.colab\" in sys.modules:\n"
+            f"    %pip install --quiet \"triton-course @ git+{repository()}\"")
+
+
+def solution_section(module: str, section: str) -> str:
+    """The lines after ``# --- notebook cell: <section> ---`` up to the next mark or the end."""
+    text = (ROOT / module).read_text()
+    chunks = text.split(SECTION_MARK)
+    for chunk in chunks[1:]:
+        name, _, body = chunk.partition("\n")
+        if name.removesuffix(" ---").strip() == section:
+            return body.strip("\n")
+    raise KeyError(f"{module} has no '{SECTION_MARK}{section} ---' line")
+
+
+def without_markers(code: str) -> str:
+    return "\n".join(line for line in code.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+def rubric(exercise_name: str) -> str:
+    ex = exercises.get(exercise_name)
+    p, t = ex.points, ex.throughput
+    total = sum(p.values())
+    return (f"### Rubric ({total:g} points)\n\n"
+            f"| part | points | how it is graded |\n|---|---|---|\n"
+            f"| correctness | {p['correctness']:g} | the cases your self-check runs, shared out by the fraction passed |\n"
+            f"| hidden tests | {p['hidden']:g} | more sizes on fresh random inputs, shared out the same way |\n"
+            f"| throughput | {p['throughput']:g} | at least {t.threshold:g}× the speed of `{t.baseline}` "
+            f"on {t.case.label} elements, on a GPU |")
+
+
+def test_source(exercise_name: str, part: str) -> str:
+    ex = exercises.get(exercise_name)
+    call = f'grade("{ex.name}", {ex.function}, "{part}")'
+    if part == "hidden":
+        return f"### BEGIN HIDDEN TESTS\n{call}\n### END HIDDEN TESTS"
+    return call
+
+
+def expected_source(cell, path: Path) -> str | None:
+    """What a generated cell must hold, or None for a hand-written one."""
+    meta = cell.metadata.get("course", {})
+    role = meta.get("role")
+    if role is None:
+        return None
+    if role == "colab-badge":
+        return colab_badge(path)
+    if role == "colab-install":
+        return colab_install()
+    if role == "solution":
+        return solution_section(meta["from"], meta["section"])
+    if role == "kernel":
+        return without_markers(solution_section(meta["from"], meta["section"]))
+    if role == "rubric":
+        return rubric(meta["exercise"])
+    if role == "test":
+        return test_source(meta["exercise"], meta["part"])
+    raise ValueError(f"{path}: unknown course role {role!r}")
+
+
+def sync(path: Path, write: bool = True) -> list[str]:
+    """Bring one notebook in step; return what was (or would be) changed."""
+    nb = nbformat.read(path, as_version=4)
+    changes = []
+    for i, cell in enumerate(nb.cells):
+        want = expected_source(cell, path)
+        if want is not None and cell.source != want:
+            changes.append(f"{path.relative_to(ROOT)} cell {i} ({cell.metadata['course']['role']})")
+            cell.source = want
+        meta = cell.metadata.get("course", {})
+        if meta.get("role") == "test":
+            points = exercises.get(meta["exercise"]).points[meta["part"]]
+            if cell.metadata.get("nbgrader", {}).get("points") != points:
+                changes.append(f"{path.relative_to(ROOT)} cell {i} (points)")
+                cell.metadata["nbgrader"]["points"] = points
+        if cell.cell_type == "code" and (cell.outputs or cell.execution_count):
+            changes.append(f"{path.relative_to(ROOT)} cell {i} (outputs)")
+            cell.outputs, cell.execution_count = [], None
+    if changes and write:
+        nbformat.write(nb, path)
+    return changes
+
+
+def all_notebooks() -> list[Path]:
+    return sorted(p for d in NOTEBOOK_DIRS for p in (ROOT / d).rglob("*.ipynb")
+                  if ".ipynb_checkpoints" not in p.parts)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report drift, change nothing")
+    args = parser.parse_args(argv)
+    changes = [c for p in all_notebooks() for c in sync(p, write=not args.check)]
+    for c in changes:
+        print(("drifted: " if args.check else "updated: ") + c)
+    return 1 if (changes and args.check) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

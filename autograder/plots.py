@@ -1,0 +1,102 @@
+"""Figures the lessons and the benchmark share: throughput against the copy bandwidth, and
+how a launch cuts a vector into programs.
+
+Every function returns its Figure already closed in pyplot: a notebook cell that ends with
+the call shows it exactly once (an open figure would be shown a second time when the cell
+ends), and a script that draws hundreds keeps none of them in memory. ``fig.savefig`` still
+works on a closed figure.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+CEILING_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1}
+MASKED_COLOUR = "lightgrey"
+
+
+def _ceiling(ax, ceiling_gbps: float | None) -> None:
+    if ceiling_gbps is not None:
+        ax.axhline(ceiling_gbps, label=f"copy bandwidth (measured): {ceiling_gbps:,.0f} GB/s",
+                   **CEILING_STYLE)
+
+
+def _done(fig: Figure) -> Figure:
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def throughput_vs_size(sizes: Sequence[int], series: Mapping[str, Sequence[float]],
+                       ceiling_gbps: float | None = None, title: str = "Throughput against size",
+                       x_unit: str = "elements") -> Figure:
+    """One line per entry of ``series`` (name -> GB/s at each of ``sizes``), log2 x-axis.
+
+    ``ceiling_gbps``: the device's measured copy bandwidth, drawn as a dashed line with its
+    value in the legend. ``x_unit`` names what ``sizes`` count ("elements" or "bytes").
+    """
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, values in series.items():
+        if len(values) != len(sizes):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(sizes)} sizes")
+        ax.plot(sizes, values, marker="o", label=name)
+    _ceiling(ax, ceiling_gbps)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"size ({x_unit}, log2 scale)")
+    ax.set_ylabel("GB/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return _done(fig)
+
+
+def bar_gbps(values: Mapping[str, float], ceiling_gbps: float | None = None,
+             title: str = "Throughput") -> Figure:
+    """One bar per entry of ``values`` (name -> GB/s), each labelled with its value."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bars = ax.bar(list(values), list(values.values()))
+    ax.bar_label(bars, fmt="{:,.0f}")
+    _ceiling(ax, ceiling_gbps)
+    ax.set_ylabel("GB/s")
+    ax.set_title(title)
+    if ceiling_gbps is not None:
+        ax.legend(loc="lower right")
+    return _done(fig)
+
+
+def program_blocks(offsets, mask, title: str | None = None) -> Figure:
+    """The elements each program touches: row ``p`` is program ``p``'s ``BLOCK_SIZE`` lanes,
+    each showing its offset, coloured by program, grey where the mask is False.
+
+    ``offsets`` and ``mask`` are (programs, BLOCK_SIZE) arrays, e.g. what a kernel stored.
+    """
+    offsets, mask = np.asarray(offsets), np.asarray(mask, dtype=bool)
+    if offsets.shape != mask.shape or offsets.ndim != 2:
+        raise ValueError(f"offsets {offsets.shape} and mask {mask.shape} must be one (programs, "
+                         "BLOCK_SIZE) shape")
+    programs, block = offsets.shape
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(1 + 0.6 * block, 0.5 + 0.6 * programs))
+    for p in range(programs):
+        for lane in range(block):
+            active = mask[p, lane]
+            ax.add_patch(plt.Rectangle((lane, p), 0.95, 0.9, edgecolor="white",
+                                       facecolor=colours(p % 10) if active else MASKED_COLOUR))
+            ax.text(lane + 0.475, p + 0.45, str(offsets[p, lane]), ha="center", va="center",
+                    color="white" if active else "dimgrey")
+    ax.set_xlim(0, block)
+    ax.set_ylim(programs, 0)  # program 0 on top
+    ax.set_xticks(np.arange(block) + 0.475, [str(i) for i in range(block)])
+    ax.set_yticks(np.arange(programs) + 0.45, [f"program {p}" for p in range(programs)])
+    ax.set_xlabel("lane (tl.arange(0, BLOCK_SIZE)); grey: masked off")
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    n = int(mask.sum())
+    ax.set_title(title or f"{n} elements, BLOCK_SIZE={block}: {programs} programs, "
+                          f"{mask.size - n} lanes masked")
+    return _done(fig)

@@ -1,0 +1,93 @@
+"""The declaration of an exercise: what students write, how it is checked, what it earns.
+
+One :class:`Exercise` per assignment, in :mod:`autograder.exercises`; notebooks, nbgrader
+test cells, the test suite and the benchmarks all read that one declaration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .guards import DATA_MOVEMENT_OPS
+
+Tolerance = tuple[float, float]
+"""``(atol, rtol)``: an element passes when ``|out - ref| <= atol + rtol * |ref|``."""
+
+# Per-dtype defaults, against a float64 reference. float16 keeps 11 significant bits, so
+# one correctly rounded operation is off by up to 2**-11 = 4.9e-4 of the result.
+DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: (1e-5, 1.3e-6),
+    torch.float16: (1e-5, 1e-3),
+    torch.bfloat16: (1e-5, 1.6e-2),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input configuration."""
+
+    shape: tuple[int, ...]
+    """Shape of each input tensor."""
+    dtype: torch.dtype = torch.float32
+    """Element type of the inputs (and of the expected output)."""
+    strided: bool = False
+    """Pass a non-contiguous view (a slice of a wider tensor) where the exercise allows it."""
+
+    @property
+    def label(self) -> str:
+        dims = "×".join(map(str, self.shape))
+        return f"{dims} {str(self.dtype).removeprefix('torch.')}" + (" strided" if self.strided else "")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The speed requirement, measured on a GPU against PyTorch in the same process."""
+
+    case: Case
+    """The input the timing uses."""
+    threshold: float
+    """Pass when PyTorch's time / the student's time is at least this."""
+    bytes_moved: Callable[[tuple[torch.Tensor, ...], torch.Tensor], int]
+    """The fewest bytes the operation must read and write, for GB/s figures."""
+    baseline: str
+    """The PyTorch operation it is compared with, as students know it (e.g. ``torch.add``)."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """Everything that decides an exercise's verdict."""
+
+    name: str
+    """Assignment id, as in ``source/<name>/`` (e.g. ``ps1_vector_add``)."""
+    function: str
+    """The function students write, e.g. ``add``."""
+    signature: str
+    """Its signature as shown to students."""
+    reference: Callable[..., torch.Tensor]
+    """The PyTorch reference; called on float64 copies for correctness, natively for timing."""
+    make_inputs: Callable[[Case, torch.Generator, str], tuple[torch.Tensor, ...]]
+    """Builds fresh random inputs for a case on a device from a seeded CPU generator."""
+    solution: str
+    """Module of the reference solution in ``solutions/``."""
+    visible_cases: dict[str, tuple[Case, ...]]
+    """Cases the students' self-check runs, by device kind (``"cpu"`` or ``"cuda"``)."""
+    hidden_cases: dict[str, tuple[Case, ...]]
+    """Cases only grading runs, by device kind."""
+    throughput: Throughput
+    """The speed requirement (GPU only)."""
+    points: dict[str, float]
+    """Points of each graded part: ``correctness`` (visible cases), ``hidden`` (cases only
+    grading runs, shared out by the fraction passed) and ``throughput`` (all or nothing)."""
+    tolerances: dict[torch.dtype, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    """Per-dtype ``(atol, rtol)`` against the float64 reference."""
+    allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS
+    """PyTorch operations the student's wrapper may call; anything else is reported."""
+    time_limit_s: float = 120.0
+    """Longest a single call may take (first calls include JIT compilation)."""
+
+    def cases(self, which: str, device: str) -> tuple[Case, ...]:
+        """The ``"visible"`` or ``"hidden"`` cases for ``device``."""
+        table = {"visible": self.visible_cases, "hidden": self.hidden_cases}[which]
+        return table[device]

@@ -1,0 +1,44 @@
+"""Throughput of a kernel and its PyTorch counterpart over a range of sizes, on a GPU.
+
+At each size both are timed side by side by :func:`autograder.timing.compare` (medians of
+alternating rounds, L2 flushed, several input sets rotated), after one call checks that the
+kernel's output matches the reference: the speed of a wrong kernel means nothing.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from . import timing
+from .device import current
+
+INPUT_SETS = 3
+"""Input sets rotated per size; with the L2 flush, no timed call finds its inputs in cache."""
+
+
+def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int], tuple],
+                  sizes: Sequence[int], bytes_moved: Callable[[int], int],
+                  labels: tuple[str, str] = ("Triton", "PyTorch"), rounds: int = 3,
+                  input_sets: int = INPUT_SETS) -> dict[str, list[float]]:
+    """GB/s of ``fn`` and ``reference`` at each of ``sizes``: ``{labels[0]: [...], labels[1]: [...]}``.
+
+    ``make_inputs(n)`` returns the argument tuple for size ``n`` (on the GPU);
+    ``bytes_moved(n)`` the bytes a call must read and write at that size (for x + y in
+    float32: 3 * 4 * n). Raises RuntimeError without a GPU: the interpreter's speed says
+    nothing about a GPU's, so there is nothing honest to return.
+    """
+    if not torch.cuda.is_available() or current().interpreted:
+        raise RuntimeError("measure_sweep times kernels on a GPU, and kernels here run in "
+                           "Triton's interpreter on the CPU, whose speed says nothing about "
+                           "a GPU's. Run it on a machine with a CUDA GPU.")
+    ours, theirs = [], []
+    for n in sizes:
+        sets = [make_inputs(n) for _ in range(input_sets)]
+        torch.testing.assert_close(fn(*sets[0]), reference(*sets[0]),
+                                   msg=lambda m: f"at size {n}, {labels[0]} disagrees with {labels[1]}: {m}")
+        result = timing.compare(fn, reference, sets, rounds=rounds)
+        ours.append(timing.gbps(bytes_moved(n), result.candidate_ms))
+        theirs.append(timing.gbps(bytes_moved(n), result.baseline_ms))
+        del sets
+    return {labels[0]: ours, labels[1]: theirs}

@@ -1,0 +1,56 @@
+"""The throughput verdict for an exercise: GPU only, never a silent pass on the CPU."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import timing
+from .correctness import compare
+from .report import ThroughputResult
+from .spec import Exercise
+
+CPU_POLICY_VAR = "TRITON_COURSE_CPU_THROUGHPUT"
+"""What grading does without a GPU: ``fail`` (default: 0 points) or ``award`` (full points)."""
+INPUT_SETS = 3
+SUSPICIOUS_PEAK_FRACTION = 1.05
+"""Above the measured copy bandwidth by this factor, a result is physically implausible."""
+
+
+def cpu_policy() -> str:
+    policy = os.environ.get(CPU_POLICY_VAR, "fail").strip().lower()
+    if policy not in ("fail", "award"):
+        raise ValueError(f"{CPU_POLICY_VAR}={policy!r}: use 'fail' or 'award'.")
+    return policy
+
+
+def not_measured() -> ThroughputResult:
+    return ThroughputResult("not measured", "not measured: needs a GPU (kernels ran in Triton's "
+                            "interpreter, whose speed says nothing about the GPU's).")
+
+
+def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
+    """Time ``fn`` against the exercise's PyTorch baseline on the GPU."""
+    spec = exercise.throughput
+    if not torch.cuda.is_available():
+        return not_measured()
+    input_sets = [exercise.make_inputs(spec.case, torch.Generator().manual_seed(seed + k), "cuda")
+                  for k in range(INPUT_SETS)]
+    outputs: list = [None] * INPUT_SETS
+    result = timing.compare(fn, exercise.reference, input_sets, keep=outputs)
+    nbytes = spec.bytes_moved(input_sets[0], outputs[0])
+    ours, theirs = timing.gbps(nbytes, result.candidate_ms), timing.gbps(nbytes, result.baseline_ms)
+    peak = ours / timing.copy_bandwidth_gbps()
+    for inputs, out in zip(input_sets, outputs):  # the timed outputs must be right too
+        problem = compare(out, exercise.reference(*inputs), *exercise.tolerances[spec.case.dtype])
+        if problem:
+            return ThroughputResult("failed", f"the outputs of the timed runs are wrong:\n{problem}",
+                                    result.ratio, spec.threshold, ours, theirs, peak)
+    if peak > SUSPICIOUS_PEAK_FRACTION:
+        return ThroughputResult("failed", f"{ours:.0f} GB/s is {peak:.0%} of the measured copy "
+                                "bandwidth, which no kernel can beat: the timing was fooled.",
+                                result.ratio, spec.threshold, ours, theirs, peak)
+    verdict = "passed" if result.ratio >= spec.threshold else "failed"
+    message = (f"{result.ratio:.2f}× {spec.baseline} (needs ≥ {spec.threshold:g}×) on {spec.case.label}: "
+               f"{ours:.0f} GB/s against {theirs:.0f} GB/s, {peak:.0%} of the copy bandwidth")
+    return ThroughputResult(verdict, message, result.ratio, spec.threshold, ours, theirs, peak)

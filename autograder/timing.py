@@ -1,0 +1,82 @@
+"""Throughput on a GPU, always as a ratio against a PyTorch counterpart timed in the same run.
+
+Every figure is the median of many ``triton.testing.do_bench`` repetitions (L2 flushed
+before each), with the device synchronised inside the timed region so that work pushed to
+a side stream is counted, several input sets rotated so no run is served from L2, and the
+student's function and PyTorch's alternating round by round so drifting clocks hit both.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median milliseconds of two functions timed side by side."""
+
+    candidate_ms: float
+    baseline_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """Baseline time over candidate time: above 1 means the candidate is faster."""
+        return self.baseline_ms / self.candidate_ms
+
+
+def median_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
+    """Median time of ``fn`` in ms, synchronising the device inside the timed region."""
+    import triton.testing
+
+    def synced():
+        fn()
+        torch.cuda.synchronize()
+
+    return float(triton.testing.do_bench(synced, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def rotating(fn: Callable, input_sets: Sequence[tuple], keep: list | None = None) -> Callable[[], object]:
+    """A no-argument call of ``fn`` that cycles through ``input_sets``; stores outputs in ``keep``."""
+    state = {"i": 0}
+
+    def call():
+        i = state["i"] % len(input_sets)
+        state["i"] += 1
+        out = fn(*input_sets[i])
+        if keep is not None:
+            keep[i] = out
+        return out
+
+    return call
+
+
+def compare(candidate: Callable, baseline: Callable, input_sets: Sequence[tuple],
+            rounds: int = 5, keep: list | None = None) -> Timing:
+    """Time ``candidate`` and ``baseline`` alternately for ``rounds``; medians of the rounds."""
+    run_candidate = rotating(candidate, input_sets, keep)
+    run_baseline = rotating(baseline, input_sets)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(median_ms(run_candidate))
+        theirs.append(median_ms(run_baseline))
+    return Timing(statistics.median(ours), statistics.median(theirs))
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+_copy_bandwidth: float | None = None
+
+
+def copy_bandwidth_gbps(nbytes: int = 2**30) -> float:
+    """The device's measured copy bandwidth (bytes read + written per second), once per process."""
+    global _copy_bandwidth
+    if _copy_bandwidth is None:
+        src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+        dst = torch.empty_like(src)
+        _copy_bandwidth = gbps(2 * nbytes, median_ms(lambda: dst.copy_(src)))
+    return _copy_bandwidth

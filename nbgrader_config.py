@@ -1,0 +1,28 @@
+"""nbgrader settings for running the course on one machine (see README, "As an instructor")."""
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - provided by nbgrader when it loads this file
+here = Path(__file__).resolve().parent
+
+c.CourseDirectory.course_id = "triton-course"
+c.CourseDirectory.root = str(here)
+# Release, fetch, submit and collect through a folder on this machine.
+c.Exchange.root = str(here / "exchange")
+c.Exchange.path_includes_course = True
+
+# A first call JIT-compiles its kernel (seconds on a GPU) and autotuning times every
+# configuration; the interpreter runs one program at a time. 30 s (the default) is too short.
+c.Execute.timeout = 600
+c.Execute.interrupt_on_timeout = True
+
+# Triton and PyTorch write warnings to stderr, and nbgrader scores any cell with stderr
+# output 0. Failures surface as errors, never as stderr, so drop stderr before grading.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"[\s\S]*"
+
+# Feedback shows the verdicts of hidden tests but not their code.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

@@ -1,0 +1,177 @@
+"""The grading engine against deliberately wrong, cheating and hanging submissions."""
+import dataclasses
+import time
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from autograder import check, grade
+from autograder.check import GradingFailure
+from autograder.exercises import VECTOR_ADD
+from solutions.vector_add import add, add_kernel
+
+from conftest import DEVICE
+
+DEV = DEVICE.device
+
+
+def _launch(x, y, out, block=1024):
+    """The reference kernel, writing x + y into any ``out`` at least as large as x."""
+    add_kernel[(triton.cdiv(x.numel(), block),)](x, y, out, x.numel(), BLOCK_SIZE=block)
+    return out
+
+
+@triton.jit
+def _unmasked_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
+
+
+def add_unmasked(x, y):
+    out = torch.empty_like(x)
+    _unmasked_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK_SIZE=1024)
+    return out
+
+
+def failures(result):
+    return [c for c in result.cases if not c.passed]
+
+
+def test_reference_passes_every_case():
+    for which in ("visible", "hidden"):
+        result = check(VECTOR_ADD, add, cases=which, verbose=False)
+        assert result.correct, result.summary()
+        assert len(result.cases) == len(VECTOR_ADD.cases(which, DEV))
+
+
+def test_missing_mask_fails_ragged_sizes_with_a_clear_message():
+    result = check(VECTOR_ADD, add_unmasked, measure_throughput=False, verbose=False)
+    failed = failures(result)
+    assert {c.label for c in failed} == {c.label for c in VECTOR_ADD.cases("visible", DEV) if c.shape[0] % 1024}
+    if DEVICE.interpreted:
+        assert all("out of bounds" in c.message and "mask" in c.message for c in failed)
+
+
+@pytest.mark.parametrize("cheat, phrase", [
+    (lambda x, y: x + y, "computed with PyTorch (aten.add.Tensor)"),
+    (lambda x, y: torch.add(x, y), "computed with PyTorch"),
+    (lambda x, y: _launch(x, y, torch.empty_like(x)) * 1, "aten.mul"),
+    (lambda x, y: torch.empty_like(x), "without launching a Triton kernel"),
+])
+def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
+    result = check(VECTOR_ADD, cheat, measure_throughput=False, verbose=False)
+    assert not result.correct
+    assert all(phrase in c.message for c in result.cases), result.summary()
+
+
+def test_wrong_output_is_named():
+    cases = {
+        "dtype": lambda x, y: _launch(x, y, torch.empty_like(x, dtype=torch.float64)),
+        "shape": lambda x, y: _launch(x, y, torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)),
+        "torch.Tensor": lambda x, y: _launch(x, y, torch.empty_like(x)).tolist(),
+    }
+    for word, fn in cases.items():
+        result = check(VECTOR_ADD, fn, measure_throughput=False, verbose=False)
+        assert all(word in c.message for c in result.cases), (word, result.summary())
+
+
+def test_wrong_values_get_a_mismatch_table():
+    def off_by_one_element(x, y):
+        out = _launch(x, y, torch.empty_like(x))
+        out.view(-1)[-1:].fill_(float("nan"))  # fill_ is data movement, so only the values fail
+        return out
+
+    result = check(VECTOR_ADD, off_by_one_element, measure_throughput=False, verbose=False)
+    first = failures(result)[0]
+    assert "1 of 1 elements differ" in first.message
+    assert "1 NaN and 0 Inf where the reference has none" in first.message
+    assert "yours" in first.message and "expected" in first.message
+
+
+def test_changing_an_input_fails():
+    result = check(VECTOR_ADD, lambda x, y: _launch(x, y, x), measure_throughput=False, verbose=False)
+    assert all("input 0 was changed" in c.message for c in failures(result))
+    assert failures(result)
+
+
+def test_returning_a_cached_buffer_fails():
+    cache = {}
+
+    def cached(x, y):
+        out = cache.setdefault((x.shape, x.dtype), torch.empty_like(x))
+        return _launch(x, y, out)
+
+    ex = dataclasses.replace(VECTOR_ADD, visible_cases={DEV: (VECTOR_ADD.visible_cases[DEV][0],) * 2})
+    result = check(ex, cached, measure_throughput=False, verbose=False)
+    assert [c.passed for c in result.cases] == [True, False]
+    assert "same buffer an earlier call returned" in result.cases[1].message
+
+
+def test_exceptions_get_a_one_line_explanation_above_the_traceback():
+    def unwritten(x, y):
+        raise NotImplementedError()
+
+    def broken(x, y):
+        return {}["missing"]
+
+    msg = check(VECTOR_ADD, unwritten, verbose=False).cases[0].message
+    assert msg.startswith("`add` is not written yet") and "raise NotImplementedError()" in msg
+    msg = check(VECTOR_ADD, broken, verbose=False).cases[0].message
+    assert msg.splitlines()[0] == "`add` raised KeyError: 'missing'"
+    assert "autograder" not in msg  # the grader's own frames are cut
+
+
+def test_wrong_signature_is_explained():
+    result = check(VECTOR_ADD, lambda x: x, verbose=False)
+    assert "cannot be called as `add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor`" in result.cases[0].message
+
+
+def test_a_hanging_call_is_stopped():
+    ex = dataclasses.replace(VECTOR_ADD, time_limit_s=0.5)
+    start = time.monotonic()
+    result = check(ex, lambda x, y: time.sleep(60), verbose=False)
+    assert time.monotonic() - start < 10 * len(result.cases)
+    assert all("did not finish within 0.5 s" in c.message for c in result.cases)
+
+
+def test_seed_replays_the_same_inputs():
+    seen = []
+
+    def spy(x, y):
+        seen.append(x.clone())
+        return add(x, y)
+
+    check(VECTOR_ADD, spy, seed=1234, verbose=False)
+    first, seen[:] = list(seen), []
+    check(VECTOR_ADD, spy, seed=1234, verbose=False)
+    assert all(torch.equal(a, b) for a, b in zip(first, seen))
+    check(VECTOR_ADD, spy, seed=4321, verbose=False)
+    assert not torch.equal(first[-1], seen[-1])
+
+
+def test_throughput_is_never_passed_silently_without_a_gpu(monkeypatch):
+    if DEVICE.has_gpu:
+        pytest.skip("a GPU measures throughput; this test is about the CPU")
+    result = check(VECTOR_ADD, add, verbose=False)
+    assert result.throughput.status == "not measured" and "needs a GPU" in result.throughput.message
+    assert not result.passed
+    with pytest.raises(GradingFailure, match="needs a GPU"):
+        grade("ps1_vector_add", add, "throughput")
+    monkeypatch.setenv("TRITON_COURSE_CPU_THROUGHPUT", "award")
+    assert grade("ps1_vector_add", add, "throughput") == VECTOR_ADD.points["throughput"]
+
+
+def test_grade_shares_points_by_the_fraction_passed():
+    assert grade("ps1_vector_add", add, "correctness") == VECTOR_ADD.points["correctness"]
+    cases = VECTOR_ADD.cases("visible", DEV)
+    whole_blocks = sum(c.shape[0] % 1024 == 0 for c in cases)
+    expected = round(VECTOR_ADD.points["correctness"] * whole_blocks / len(cases), 2)
+    assert 0 < grade("ps1_vector_add", add_unmasked, "correctness") == expected
+    with pytest.raises(GradingFailure, match="no case passed"):
+        grade("ps1_vector_add", lambda x, y: x + y, "correctness")
+
+
+def test_grading_failure_hides_the_traceback():
+    assert GradingFailure("verdict")._render_traceback_() == ["GradingFailure: verdict"]

@@ -1,0 +1,164 @@
+"""The set-up a new user trusts: pyproject.toml and environment.yml agree, the env has
+JupyterLab 4 with nbgrader's extensions on, and README, Makefile and .ci/run name the same
+commands."""
+
+import functools
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+JUPYTER = Path(sys.executable).parent / "jupyter"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+NBGRADER_SERVER_EXTENSIONS = ["formgrader", "assignment_list", "course_list", "validate_assignment"]
+
+
+def pyproject_requirements(pyproject: dict) -> list[str]:
+    """dependencies + [course] + [test]: what `pip install -e ".[course,test]"` asks for."""
+    extras = pyproject["project"]["optional-dependencies"]
+    return pyproject["project"]["dependencies"] + extras["course"] + extras["test"]
+
+
+def environment_requirements(environment: dict) -> list[str]:
+    """The pip: section of environment.yml, less `-e .` (the course package itself)."""
+    pip = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
+    return [line for line in pip if not line.startswith("-e")]
+
+
+def drift(ours: list[str], theirs: list[str], names=("pyproject.toml", "environment.yml")) -> list[str]:
+    """One line per difference between two requirement lists; [] when they agree.
+
+    Names compare as pip normalises them and ranges as sets of clauses, so `PyYAML>=6`
+    equals `pyyaml >= 6` and `triton>=3.6,<3.10` equals `triton<3.10,>=3.6`."""
+
+    def index(lines: list[str]) -> dict[str, tuple]:
+        out = {}
+        for line in lines:
+            req = Requirement(line)
+            out[canonicalize_name(req.name)] = (
+                sorted(req.extras), sorted(map(str, req.specifier)), str(req.marker or "")
+            )
+        return out
+
+    a, b = index(ours), index(theirs)
+    problems = [f"{n}: only in {names[0]}" for n in sorted(a.keys() - b.keys())]
+    problems += [f"{n}: only in {names[1]}" for n in sorted(b.keys() - a.keys())]
+    problems += [
+        f"{n}: {names[0]} says {a[n]}, {names[1]} says {b[n]}"
+        for n in sorted(a.keys() & b.keys())
+        if a[n] != b[n]
+    ]
+    return problems
+
+
+def load_pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def load_environment() -> dict:
+    return yaml.safe_load((ROOT / "environment.yml").read_text())
+
+
+def test_environment_yml_matches_pyproject():
+    problems = drift(pyproject_requirements(load_pyproject()), environment_requirements(load_environment()))
+    assert not problems, "environment.yml drifted from pyproject.toml:\n" + "\n".join(problems)
+
+
+def test_environment_yml_python_and_package():
+    deps = load_environment()["dependencies"]
+    python = next(d for d in deps if isinstance(d, str) and d.startswith("python="))
+    floor = load_pyproject()["project"]["requires-python"]
+    assert Requirement(f"python{floor}").specifier.contains(python.split("=")[1]), (python, floor)
+    assert "-e ." in next(d["pip"] for d in deps if isinstance(d, dict))
+
+
+@pytest.mark.parametrize(
+    "plant, expected",
+    [
+        (lambda reqs: [r for r in reqs if not r.startswith("nbgrader")], "nbgrader: only in pyproject.toml"),
+        (lambda reqs: reqs + ["rich>=13"], "rich: only in environment.yml"),
+        (lambda reqs: [r.replace("<3.10", "<3.11") for r in reqs], "triton: pyproject.toml says"),
+        (lambda reqs: [r.replace("pytest>=8", "pytest") for r in reqs], "pytest: pyproject.toml says"),
+    ],
+    ids=["package dropped", "package added", "range widened", "range removed"],
+)
+def test_drift_is_caught(plant, expected):
+    reqs = pyproject_requirements(load_pyproject())
+    assert any(p.startswith(expected) for p in drift(reqs, plant(list(reqs))))
+
+
+def test_drift_ignores_spelling():
+    assert drift(["PyYAML>=6", "triton>=3.6,<3.10"], ["pyyaml >= 6", "triton<3.10, >=3.6"]) == []
+
+
+@functools.cache
+def jupyter(*args: str) -> str:
+    assert JUPYTER.exists(), f"{JUPYTER} is missing: run the tests with the course env (make test)"
+    proc = subprocess.run([str(JUPYTER), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return ANSI.sub("", proc.stdout + proc.stderr)
+
+
+def test_jupyterlab_4():
+    assert jupyter("lab", "--version").strip().startswith("4."), "JupyterLab 4 is required"
+
+
+def test_nbgrader_lab_extension_enabled():
+    line = next((l for l in jupyter("labextension", "list").splitlines() if "@jupyter/nbgrader" in l), "")
+    assert re.search(r"\benabled\s+OK\b", line), f"nbgrader's lab extension: {line or 'not listed'}"
+
+
+@pytest.mark.parametrize("name", NBGRADER_SERVER_EXTENSIONS)
+def test_nbgrader_server_extension_enabled(name):
+    listing = jupyter("server", "extension", "list")
+    module = re.escape(f"nbgrader.server_extensions.{name}")
+    assert re.search(rf"{module}\s+enabled", listing), listing
+    assert re.search(rf"{module}\s+OK", listing), listing
+
+
+def make_dry_run(*args: str) -> list[str]:
+    # A `make test PYTEST_ARGS=...` running this test exports its variables through
+    # MAKEFLAGS and the environment; clear them so the dry run shows the plain commands.
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "LAB_ARGS", "PYTEST_ARGS"}}
+    proc = subprocess.run(["make", "-n", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def readme_claims() -> dict[str, list[str]]:
+    """{"lab": [commands...], ...} from README's lines `make lab    # runs A, then B`."""
+    found = re.findall(r"^make (\w+)\s+# runs (.+)$", (ROOT / "README.md").read_text(), re.M)
+    return {target: claim.split(", then ") for target, claim in found}
+
+
+@pytest.mark.parametrize("target", ["lab", "test"])
+def test_make_runs_what_readme_says(target):
+    claims = readme_claims()
+    assert target in claims, f"README's Set-up no longer says what `make {target}` runs"
+    assert make_dry_run(target) == claims[target]
+
+
+@pytest.mark.parametrize("target, variable", [("lab", "LAB_ARGS"), ("test", "PYTEST_ARGS")])
+def test_make_passes_arguments_through(target, variable):
+    assert make_dry_run(target, f"{variable}=--flag-a --flag-b")[-1].endswith(" --flag-a --flag-b")
+
+
+def test_ci_runs_make_test():
+    ci = ROOT / ".ci" / "run"
+    assert os.access(ci, os.X_OK), ".ci/run must be executable"
+    text = ci.read_text()
+    commands = [l.strip() for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+    assert "set -euo pipefail" in commands
+    # The last command, with nothing that could hide pytest's exit code behind it.
+    assert commands[-1] == "make test", commands[-1]
+    assert "pytest" not in "\n".join(commands) and "|| true" not in text

@@ -1,0 +1,322 @@
+"""The quiz data, its schema, its agreement with the seed lesson, and the widgets driven from Python."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import IPython
+import IPython.display
+import jsonschema
+import pytest
+
+from autograder import quiz
+
+SEED = Path(__file__).parents[2] / "shared/seed/triton_lesson_zh.txt"
+QUESTION_IDS = list(quiz.load_quizzes()["questions"])
+CASE_IDS = list(quiz.load_quizzes()["case_study"]["questions"])
+
+# The seed does not mark the right options; this key was read off its explanations.
+ANSWER_KEY = {
+    "q1_ninja_gap": "The performance difference between high-level frameworks and hand-optimized low-level kernels.",
+    "q2_block_model": "Triton is tile-centric; CUDA is thread-centric.",
+    "q3_compiler_automates": "Shared memory (SRAM) allocation and synchronization.",
+    "q4_constexpr": "It marks a value as a compile-time constant, allowing the compiler to optimize based on its value.",
+    "q5_why_triton": "It allows them to write high-performance custom kernels without learning C++ or CUDA.",
+}
+
+
+@pytest.fixture(autouse=True)
+def default_language(monkeypatch):
+    monkeypatch.setattr(quiz, "_language", None)
+    monkeypatch.delenv("TRITON_COURSE_LANG", raising=False)
+
+
+@pytest.fixture
+def seed_text() -> str:
+    if not SEED.exists():
+        pytest.skip(f"seed lesson not found at {SEED}")
+    return SEED.read_text(encoding="utf-8")
+
+
+def seed_questions(text: str) -> list[dict]:
+    """The seed's five questions: 'QUESTION n', the question, its options, then both explanations."""
+    part = text[text.index("QUESTION 1") : text.index("Case Study:")]
+    questions = []
+    for block in re.split(r"QUESTION \d+\n", part)[1:]:
+        head, explanations = block.split("✅ Correct!\n")
+        right, wrong = explanations.split("❌ Incorrect\n")
+        question, *options = head.strip().split("\n")
+        questions.append({"question": question, "options": options, "right": right.strip(), "wrong": wrong.strip()})
+    return questions
+
+
+def seed_case_study(text: str) -> tuple[dict, list[dict]]:
+    """The seed's case-study intro and its questions, each solution given once."""
+    intro, *blocks = re.split(r"Q\n(?=\d\. )", text[text.index("Case Study:") :])
+    title, subtitle, scenario = intro.strip().split("\n")
+    cases = []
+    for block in blocks:
+        question, solution = block.split("\nSolution:\n")
+        # The seed prints every solution twice; Q2's first copy stops at "Triton's" and its
+        # second runs on over a line break, so drop repeated lines and join what is left.
+        lines = solution.strip().split("\n")
+        kept = [line for i, line in enumerate(lines) if i == 0 or line != lines[i - 1]]
+        cases.append({"question": re.sub(r"^\d\. ", "", question.strip()), "solution": " ".join(kept)})
+    return {"title": title, "subtitle": subtitle, "scenario": scenario}, cases
+
+
+# --- the data and its schema -------------------------------------------------------------
+
+
+def schema_errors(data: dict) -> list:
+    schema = json.loads(quiz.SCHEMA_FILE.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return list(jsonschema.Draft202012Validator(schema).iter_errors(data))
+
+
+def test_seed_yaml_fits_schema():
+    assert schema_errors(quiz.load_quizzes()) == []
+    assert set(QUESTION_IDS) == set(ANSWER_KEY)
+    assert CASE_IDS == ["cs1_fusion", "cs2_long_rows", "cs3_jit"]
+
+
+def _drop_zh(data):
+    del data["questions"]["q3_compiler_automates"]["zh"]
+
+
+def _correct_out_of_range(data):
+    data["questions"]["q3_compiler_automates"]["correct"] = 4
+
+
+def _zh_option_missing(data):
+    data["questions"]["q3_compiler_automates"]["zh"]["options"].pop()
+
+
+def _empty_explanation(data):
+    data["questions"]["q3_compiler_automates"]["en"]["wrong"] = "  "
+
+
+def _one_option(data):
+    for lang in quiz.LANGUAGES:
+        del data["questions"]["q3_compiler_automates"][lang]["options"][1:]
+    data["questions"]["q3_compiler_automates"]["correct"] = 0
+
+
+def _case_without_zh(data):
+    del data["case_study"]["questions"]["cs2_long_rows"]["zh"]
+
+
+BREAKAGES = [_drop_zh, _correct_out_of_range, _zh_option_missing, _empty_explanation, _one_option, _case_without_zh]
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES, ids=lambda f: f.__name__.strip("_"))
+def test_schema_rejects_broken_copy(breakage):
+    data = copy.deepcopy(quiz.load_quizzes())
+    breakage(data)
+    assert schema_errors(data)
+    offender = "cs2_long_rows" if breakage is _case_without_zh else "q3_compiler_automates"
+    with pytest.raises(ValueError, match=offender):
+        quiz.validate(data)
+
+
+# --- agreement with the seed lesson ------------------------------------------------------
+
+
+def test_english_matches_seed(seed_text):
+    seeded = seed_questions(seed_text)
+    assert len(seeded) == len(QUESTION_IDS) == 5
+    for question_id, expected in zip(QUESTION_IDS, seeded):
+        assert quiz.load_quizzes()["questions"][question_id]["en"] == expected, question_id
+
+
+def test_correct_answers_follow_the_key(seed_text):
+    for question_id, seeded in zip(QUESTION_IDS, seed_questions(seed_text)):
+        correct = quiz.load_quizzes()["questions"][question_id]["correct"]
+        assert seeded["options"][correct] == ANSWER_KEY[question_id]
+
+
+def test_case_study_matches_seed(seed_text):
+    intro, cases = seed_case_study(seed_text)
+    case_study = quiz.load_quizzes()["case_study"]
+    assert case_study["intro"]["en"] == intro
+    assert len(cases) == len(CASE_IDS)
+    for case_id, expected in zip(CASE_IDS, cases):
+        assert case_study["questions"][case_id]["en"] == expected, case_id
+    assert "Triton's tl.load and tl.store with masks" in case_study["questions"]["cs2_long_rows"]["en"]["solution"]
+
+
+# --- multiple-choice widgets -------------------------------------------------------------
+
+
+def quiz_entry(question_id: str) -> dict:
+    return quiz.load_quizzes()["questions"][question_id]
+
+
+@pytest.mark.parametrize("question_id", QUESTION_IDS)
+def test_right_and_wrong_answers(question_id):
+    entry = quiz_entry(question_id)
+    widget = quiz.ask(question_id, rich=True)
+    widget.select(entry["correct"])
+    assert widget.check() == quiz.QuizFeedback(True, f"✅ Correct!\n{entry['en']['right']}")
+    for wrong in set(range(len(entry["en"]["options"]))) - {entry["correct"]}:
+        widget.select(wrong)
+        feedback = widget.check()
+        assert feedback == quiz.QuizFeedback(False, f"❌ Incorrect\n{entry['en']['wrong']}")
+        assert widget.feedback is feedback
+
+
+def test_widget_starts_unselected_and_asks_for_a_choice():
+    widget = quiz.ask("q1_ninja_gap", rich=True)
+    assert widget.options.index is None and widget.choice is None
+    feedback = widget.check()
+    assert not feedback.correct and feedback.text == "Choose an option first."
+
+
+def test_clicks_go_through_the_same_code_path():
+    entry = quiz_entry("q4_constexpr")
+    widget = quiz.ask("q4_constexpr", rich=True)
+    verdict = widget.widget.children[-1]
+    assert verdict.value == ""
+    widget.options.index = entry["correct"]  # what clicking a radio button does
+    widget.button.click()
+    assert widget.feedback.correct
+    assert verdict.value.startswith("✅ Correct!<br>")
+    assert "<code>tl.constexpr</code>" in verdict.value
+    widget.options.index = 0
+    widget.button.click()
+    assert not widget.feedback.correct and verdict.value.startswith("❌ Incorrect<br>")
+
+
+def test_select_rejects_a_missing_option():
+    widget = quiz.ask("q1_ninja_gap", rich=False)
+    with pytest.raises(IndexError, match="0..3"):
+        widget.select(4)
+
+
+def test_unknown_id_lists_the_known_ones():
+    with pytest.raises(ValueError, match="q1_ninja_gap"):
+        quiz.ask("q9_nope", rich=False)
+    with pytest.raises(ValueError, match="cs1_fusion"):
+        quiz.reveal("q1_ninja_gap", rich=False)
+
+
+# --- languages ---------------------------------------------------------------------------
+
+
+def test_language_switch_changes_text_and_labels():
+    entry = quiz_entry("q2_block_model")
+    assert quiz.get_language() == "en"
+    english = quiz.ask("q2_block_model", rich=True)
+    quiz.set_language("zh")
+    chinese = quiz.ask("q2_block_model", rich=True)
+    assert entry["en"]["question"] in english.widget.children[0].value
+    assert entry["zh"]["question"] in chinese.widget.children[0].value
+    assert chinese.options.options == tuple(entry["zh"]["options"])
+    assert (english.button.description, chinese.button.description) == ("Check", "检查")
+    chinese.select(entry["correct"])
+    assert chinese.check().text == f"✅ 正确！\n{entry['zh']['right']}"
+    chinese.select(0)
+    assert chinese.check().text == f"❌ 不正确\n{entry['zh']['wrong']}"
+    assert quiz.reveal("cs1_fusion", rich=True).button.description == "显示答案"
+    assert quiz.case_study_intro(rich=False).markdown.startswith("### 案例研究")
+
+
+def test_environment_sets_the_default_language(monkeypatch):
+    monkeypatch.setenv("TRITON_COURSE_LANG", "zh")
+    assert quiz.get_language() == "zh"
+    quiz.set_language("en")
+    assert quiz.get_language() == "en"
+
+
+def test_unknown_language_lists_the_valid_ones(monkeypatch):
+    with pytest.raises(ValueError, match="en, zh"):
+        quiz.set_language("fr")
+    monkeypatch.setenv("TRITON_COURSE_LANG", "de")
+    with pytest.raises(ValueError, match="TRITON_COURSE_LANG.*en, zh"):
+        quiz.get_language()
+
+
+# --- text fallback and display -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", quiz.LANGUAGES)
+@pytest.mark.parametrize("question_id", QUESTION_IDS)
+def test_fallback_text_gives_no_answer_away(question_id, lang, capsys):
+    quiz.set_language(lang)
+    text = quiz_entry(question_id)[lang]
+    widget = quiz.ask(question_id, rich=False)
+    printed = capsys.readouterr().out
+    assert widget.widget is None and printed == widget.text() + "\n"
+    assert text["question"] in printed and all(f"] {option}\n" in printed for option in text["options"])
+    assert ".check()" in printed
+    for giveaway in ("✅", "❌", text["right"], text["wrong"]):
+        assert giveaway not in printed
+    widget.select(quiz_entry(question_id)["correct"])
+    assert widget.check().correct  # grading works without widgets too
+
+
+def test_english_fallback_wording(capsys):
+    quiz.ask("q1_ninja_gap", rich=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "What is the 'Ninja Gap' in the context of GPU programming?"
+    assert lines[2] == "  [1] The performance difference between high-level frameworks and hand-optimized low-level kernels."
+    assert lines[-1] == "Answer: run this cell in Jupyter, or call .check()"
+
+
+def test_text_is_the_default_outside_a_kernel(capsys):
+    assert not quiz.widgets_available()
+    assert quiz.ask("q3_compiler_automates").widget is None
+    assert "[3] The host-side CPU memory allocation." in capsys.readouterr().out
+
+
+def test_widgets_need_a_kernel_and_ipywidgets(monkeypatch):
+    monkeypatch.setattr(IPython, "get_ipython", lambda: SimpleNamespace(kernel=object()))
+    assert quiz.widgets_available()
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # as if it were not installed
+    assert not quiz.widgets_available()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: SimpleNamespace())  # a terminal IPython
+    monkeypatch.delitem(sys.modules, "ipywidgets")
+    assert not quiz.widgets_available()
+
+
+def test_kernel_display_carries_the_fallback_as_plain_text(monkeypatch):
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, raw: shown.append(bundle))
+    widget = quiz.ask("q5_why_triton", rich=True)
+    intro = quiz.case_study_intro(rich=True)
+    widget._ipython_display_()  # a cell ending in ask(...) must not show it twice
+    assert len(shown) == 2
+    assert shown[0]["text/plain"] == widget.text()
+    assert shown[0]["application/vnd.jupyter.widget-view+json"]["model_id"] == widget.widget.model_id
+    assert shown[1] == {"text/markdown": intro.markdown, "text/plain": intro.markdown}
+
+
+# --- case study --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_reveal_shows_the_solution_only_on_request(case_id, capsys):
+    text = quiz.load_quizzes()["case_study"]["questions"][case_id]["en"]
+    widget = quiz.reveal(case_id, rich=True)
+    area = widget.widget.children[-1]
+    assert widget.revealed is None and area.value == ""
+    assert text["solution"] not in widget.text() and text["question"] in widget.text()
+    widget.button.click()
+    assert widget.revealed == text["solution"]
+    assert area.value.startswith("<b>Solution:</b> ")
+    capsys.readouterr()
+    plain = quiz.reveal(case_id, rich=False)
+    printed = capsys.readouterr().out
+    assert text["solution"] not in printed and printed.endswith("call .show()\n")
+    assert plain.show() == text["solution"]
+
+
+def test_case_study_intro_is_markdown(capsys):
+    intro = quiz.case_study_intro(rich=False)
+    assert intro.markdown.startswith("### Case Study: Optimizing Softmax with Triton\n\n*Analyzing")
+    assert "(Read -> Max -> Read -> Exp/Sum -> Read -> Divide)" in intro.markdown
+    assert capsys.readouterr().out == intro.markdown + "\n"
