@@ -76,6 +76,7 @@ def _choose() -> DeviceChoice:
     _check_interpreter_versions()
     os.environ["TRITON_INTERPRET"] = "1"
     _set_interpret_knob()
+    _reinterpret_triton_language()
     return DeviceChoice("cpu", True, "CPU")
 
 
@@ -86,6 +87,24 @@ def _set_interpret_knob() -> None:
     knobs = getattr(triton, "knobs", None)
     if knobs is not None and hasattr(knobs.runtime, "interpret"):
         knobs.runtime.interpret = True
+
+
+def _reinterpret_triton_language() -> None:
+    """Rebuild Triton's own ``@jit`` helpers (``tl.max``, ``tl.sum``, ...) for the interpreter.
+
+    They are made when ``triton.language`` is imported; if that happened before the switch
+    they are compiled-mode functions, which the interpreter refuses to call.
+    """
+    import sys
+
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("triton.language") and module is not None:
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, JITFunction):
+                    setattr(module, attr, InterpretedFunction(value.fn))
 
 
 def _check_interpreter_versions() -> None:

@@ -48,13 +48,11 @@ fi
 say "installing the course package and its [course,test] extras (editable)"
 pip_install -e ".[course,test]"
 
-# Jupyter finds lab assets and extension configs under the venv's own share/ and etc/ only,
-# so front-end packages that pip found in a shared base Python are invisible to `jupyter lab`.
-front_end_missing() {
-    [[ ! -d $VENV/share/jupyter/lab/static || ! -d $VENV/share/jupyter/labextensions/@jupyter/nbgrader ]]
-}
-if (( shared )) && front_end_missing; then
-    say "base Python's Jupyter is not visible from .venv: installing the front-end into .venv"
+# Jupyter looks for its commands, lab assets and extension configs inside the venv only, so
+# a JupyterLab that pip found in the shared base Python would be half-visible: the front end
+# (and its deps, never torch) goes into .venv itself.
+if (( shared )); then
+    say "installing JupyterLab and nbgrader into .venv itself (the base Python's stay unused)"
     mapfile -t front_end < <("$PY" - <<'PYEOF'
 from importlib.metadata import requires
 from packaging.requirements import Requirement

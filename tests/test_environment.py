@@ -124,15 +124,19 @@ def test_nbgrader_server_extension_enabled(name):
     assert re.search(rf"{module}\s+OK", listing), listing
 
 
-def make_dry_run(*args: str) -> list[str]:
+def make(*args: str) -> list[str]:
     # A `make test PYTEST_ARGS=...` running this test exports its variables through
-    # MAKEFLAGS and the environment; clear them so the dry run shows the plain commands.
+    # MAKEFLAGS and the environment; clear them so the child make sees the plain Makefile.
     env = {k: v for k, v in os.environ.items()
            if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "LAB_ARGS", "PYTEST_ARGS"}}
-    proc = subprocess.run(["make", "-n", *args], cwd=ROOT, env=env,
+    proc = subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def make_dry_run(*args: str) -> list[str]:
+    return make("-n", *args)
 
 
 def readme_claims() -> dict[str, list[str]]:
@@ -151,6 +155,15 @@ def test_make_runs_what_readme_says(target):
 @pytest.mark.parametrize("target, variable", [("lab", "LAB_ARGS"), ("test", "PYTEST_ARGS")])
 def test_make_passes_arguments_through(target, variable):
     assert make_dry_run(target, f"{variable}=--flag-a --flag-b")[-1].endswith(" --flag-a --flag-b")
+
+
+def test_make_puts_the_venv_first_on_path(tmp_path):
+    # nbgrader's formgrader runs `alembic` from PATH: without .venv/bin there, its
+    # gradebook pages answer 500 under `make lab`.
+    probe = tmp_path / "probe.mk"
+    probe.write_text("print-path:\n\t@echo $$PATH\n")
+    path = make("-f", "Makefile", "-f", str(probe), "print-path")[-1]
+    assert path.split(os.pathsep)[0] == str(ROOT / ".venv" / "bin")
 
 
 def test_ci_runs_make_test():

@@ -1,0 +1,47 @@
+"""GPU-only rules, run on the device machine (results in results/gpu/); skipped on the CPU."""
+import pytest
+import torch
+
+from autograder import check, timing
+from autograder.exercises import VECTOR_ADD
+from solutions.vector_add import add
+
+pytestmark = pytest.mark.gpu
+
+
+def test_reference_solution_clears_the_throughput_threshold():
+    result = check(VECTOR_ADD, add, verbose=False)
+    assert result.correct, result.summary()
+    assert result.throughput.passed, result.throughput.message
+    assert 0.5 < result.throughput.peak_fraction <= 1.05
+
+
+def test_work_on_a_side_stream_does_not_escape_the_clock():
+    x, y = (torch.randn(2**24, device="cuda") for _ in range(2))
+    side = torch.cuda.Stream()
+    cycles = 50_000_000  # ~25 ms at ~2 GHz, far longer than the add itself
+
+    def add_then_sleep_on_a_side_stream(a, b):
+        out = add(a, b)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+        return out
+
+    plain = timing.median_ms(lambda: add(x, y))
+    hidden = timing.median_ms(lambda: add_then_sleep_on_a_side_stream(x, y))
+    assert hidden > plain + 10, (plain, hidden)
+
+
+def test_timed_outputs_are_checked():
+    calls = {"n": 0}
+
+    def right_then_wrong(a, b):
+        calls["n"] += 1
+        out = add(a, b)
+        if calls["n"] > len(VECTOR_ADD.cases("visible", "cuda")):
+            out.zero_()  # wrong only once the timing starts
+        return out
+
+    result = check(VECTOR_ADD, right_then_wrong, verbose=False)
+    assert result.correct and result.throughput.status == "failed"
+    assert "outputs of the timed runs are wrong" in result.throughput.message
