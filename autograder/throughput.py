@@ -13,8 +13,9 @@ from .spec import Exercise
 CPU_POLICY_VAR = "TRITON_COURSE_CPU_THROUGHPUT"
 """What grading does without a GPU: ``fail`` (default: 0 points) or ``award`` (full points)."""
 INPUT_SETS = 3
-SUSPICIOUS_PEAK_FRACTION = 1.05
-"""Above the measured copy bandwidth by this factor, a result is physically implausible."""
+SUSPICIOUS_PEAK_FRACTION = 1.25
+"""A result this far above the measured copy bandwidth is implausible. Not 1.0: a kernel that
+mostly reads (vector add: 2 reads per write) can beat a copy's 1:1 mix by a few percent."""
 
 
 def cpu_policy() -> str:

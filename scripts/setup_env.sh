@@ -53,7 +53,8 @@ pip_install -e ".[course,test]"
 # (and its deps, never torch) goes into .venv itself.
 if (( shared )); then
     say "installing JupyterLab and nbgrader into .venv itself (the base Python's stay unused)"
-    mapfile -t front_end < <("$PY" - <<'PYEOF'
+    front_end=()   # (a read loop, not mapfile: macOS still ships bash 3.2)
+    while IFS= read -r req; do front_end+=("$req"); done < <("$PY" - <<'PYEOF'
 from importlib.metadata import requires
 from packaging.requirements import Requirement
 for line in requires("triton-course"):

@@ -8,19 +8,6 @@ import triton
 import triton.language as tl
 
 # --- notebook cell: softmax ---
-# tl.reduce with these two rather than tl.max / tl.sum: those are @triton.jit functions made
-# when triton is imported, before setup_device() turns the interpreter on, and the CPU
-# interpreter then refuses to call them. On a GPU both spellings compile to the same code.
-@triton.jit
-def _maximum(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
 @triton.jit
 def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
     ### BEGIN SOLUTION
@@ -33,8 +20,8 @@ def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_S
     # so adding terms <= 1 in those types would round most of them away.
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
     # Subtracting the row max leaves every exponent <= 0: exp(89.0) already overflows float32.
-    numerator = tl.exp(x - tl.reduce(x, 0, _maximum))
-    result = numerator / tl.reduce(numerator, 0, _add)
+    numerator = tl.exp(x - tl.max(x, axis=0))
+    result = numerator / tl.sum(numerator, axis=0)
     tl.store(out_ptr + row * out_row_stride + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
     ### END SOLUTION
 

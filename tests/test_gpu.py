@@ -13,7 +13,7 @@ def test_reference_solution_clears_the_throughput_threshold():
     result = check(VECTOR_ADD, add, verbose=False)
     assert result.correct, result.summary()
     assert result.throughput.passed, result.throughput.message
-    assert 0.5 < result.throughput.peak_fraction <= 1.05
+    assert 0.5 < result.throughput.peak_fraction < 1.25
 
 
 def test_work_on_a_side_stream_does_not_escape_the_clock():
