@@ -26,3 +26,19 @@ def venv_env(**extra) -> dict:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env.update(extra)
     return env
+
+
+@pytest.fixture(autouse=True)
+def gpu_memory_is_released():
+    """On a GPU, a test whose tensors outlive it would starve every later one: fail it."""
+    if not DEVICE.has_gpu:
+        yield
+        return
+    import gc
+    import torch
+    gc.collect()
+    before = torch.cuda.memory_allocated()
+    yield
+    gc.collect()
+    leaked = torch.cuda.memory_allocated() - before
+    assert leaked < 2**28, f"{leaked / 2**30:.1f} GiB of GPU memory still allocated after the test"
