@@ -26,7 +26,7 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
     where = device.current()
     seed = secrets.randbits(31) if seed is None else seed
     result = CheckResult(spec.name, seed, run_cases(spec, fn, spec.cases(cases, where.device), seed, where.device))
-    if measure_throughput:
+    if measure_throughput and spec.throughput is not None:
         if not where.has_gpu:
             result.throughput = throughput.not_measured()
         elif not result.correct:
@@ -66,5 +66,6 @@ def grade(exercise: str, fn, part: str) -> float:
     result = check(exercise, fn, cases="visible" if part == "correctness" else "hidden",
                    measure_throughput=False)
     if not any(c.passed for c in result.cases):
-        raise GradingFailure(f"{exercise} {part}: no case passed; see the summary above.")
+        first = result.cases[0].message.splitlines()[0] if result.cases else "no cases"
+        raise GradingFailure(f"{exercise} {part}: no case passed; the first: {first}")
     return round(points * result.fraction_passed, 2)

@@ -6,20 +6,33 @@ import torch
 from .spec import Case, Exercise, Throughput
 
 
-def _randn_like_case(case: Case, generator: torch.Generator, device: str, count: int):
-    """``count`` standard-normal tensors drawn on the CPU (same values on every device)."""
-    shape = case.shape
-    if case.strided:  # a view whose last dimension skips every other element
-        shape = (*shape[:-1], 2 * shape[-1])
-    tensors = []
-    for _ in range(count):
-        t = torch.randn(shape, generator=generator, dtype=torch.float32).to(device, case.dtype)
-        tensors.append(t[..., ::2] if case.strided else t)
-    return tuple(tensors)
+def random_tensors(case: Case, generator: torch.Generator, device: str, count: int):
+    """``count`` random tensors for ``case``, drawn on the CPU (the same values on every device)."""
+    return tuple(_random_tensor(case, generator, device) for _ in range(count))
+
+
+def _random_tensor(case: Case, generator: torch.Generator, device: str) -> torch.Tensor:
+    *outer, n = case.shape
+    width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
+    t = torch.randn((*outer, width), generator=generator, dtype=torch.float32)
+    if case.values == "large":
+        t *= 2e3 if case.dtype == torch.float16 else 1e4  # float16 overflows past 65504
+    elif case.values == "neg_inf":
+        holes = torch.rand(t.shape, generator=generator) < 0.1
+        holes[..., 0] = False  # a row of only -inf has no softmax
+        t[holes] = float("-inf")
+    elif case.values != "normal":
+        raise ValueError(f"unknown values={case.values!r}")
+    t = t.to(device, case.dtype)
+    return t[..., :n] if case.strided else t
 
 
 def _vector_add_inputs(case: Case, generator: torch.Generator, device: str):
-    return _randn_like_case(case, generator, device, count=2)
+    return random_tensors(case, generator, device, count=2)
+
+
+def _one_input(case: Case, generator: torch.Generator, device: str):
+    return random_tensors(case, generator, device, count=1)
 
 
 def _bytes_elementwise(inputs, output) -> int:
@@ -55,7 +68,52 @@ VECTOR_ADD = Exercise(
     points={"correctness": 3, "hidden": 3, "throughput": 2},
 )
 
-EXERCISES = {ex.name: ex for ex in (VECTOR_ADD,)}
+def _softmax_reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+# Row lengths that are not powers of two, from 1 to 8192: the kernel's block is the next
+# power of two, so every case has masked lanes. Large magnitudes overflow exp() unless the
+# row max is subtracted; -inf entries must come out as exact zeros.
+_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+_SOFTMAX_CPU = (Case((1, 1)), Case((3, 7)), Case((17, 1000)), Case((4, 1025), _F16),
+                Case((5, 300), strided=True), Case((6, 129), values="large"),
+                Case((6, 129), _F16, values="neg_inf"))
+_SOFTMAX_GPU = _SOFTMAX_CPU + (Case((128, 8191)), Case((1000, 4097), _F16), Case((64, 3000), _BF16),
+                               Case((256, 1000), _BF16, strided=True))
+
+FUSED_SOFTMAX = Exercise(
+    name="ps2_fused_softmax",
+    function="softmax",
+    signature="softmax(x: torch.Tensor) -> torch.Tensor",
+    reference=_softmax_reference,
+    make_inputs=_one_input,
+    solution="solutions.softmax",
+    visible_cases={"cpu": _SOFTMAX_CPU, "cuda": _SOFTMAX_GPU},
+    hidden_cases={
+        "cpu": (Case((2, 2000)), Case((9, 513), _F16, strided=True), Case((8, 777), _F16, values="large"),
+                Case((8, 777), values="neg_inf"), Case((1, 4097)), Case((3, 7)), Case((3, 7))),
+        "cuda": (Case((4096, 1000)), Case((333, 8192), _F16, values="neg_inf"),
+                 Case((100, 5000), _BF16, values="large"), Case((64, 8191), strided=True),
+                 Case((1, 1), _BF16), Case((3, 7)), Case((3, 7))),
+    },
+    throughput=Throughput(case=Case((4096, 4096)), threshold=0.9,
+                          bytes_moved=_bytes_elementwise, baseline="torch.softmax"),
+    points={"correctness": 4, "hidden": 4, "throughput": 2},
+)
+
+
+def _lesson_exercises() -> list[Exercise]:
+    """The practice exercises of the lessons: ``EXERCISE`` of each ``lesson_exercises`` module."""
+    import importlib
+    import pkgutil
+
+    from . import lesson_exercises
+    return [importlib.import_module(f"{lesson_exercises.__name__}.{m.name}").EXERCISE
+            for m in sorted(pkgutil.iter_modules(lesson_exercises.__path__), key=lambda m: m.name)]
+
+
+EXERCISES = {ex.name: ex for ex in (VECTOR_ADD, FUSED_SOFTMAX, *_lesson_exercises())}
 
 
 def get(name: str | Exercise) -> Exercise:

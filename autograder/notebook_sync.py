@@ -69,7 +69,7 @@ def rubric(exercise_name: str) -> str:
             f"| correctness | {p['correctness']:g} | the cases your self-check runs, shared out by the fraction passed |\n"
             f"| hidden tests | {p['hidden']:g} | more sizes on fresh random inputs, shared out the same way |\n"
             f"| throughput | {p['throughput']:g} | at least {t.threshold:g}× the speed of `{t.baseline}` "
-            f"on {t.case.label} elements, on a GPU |")
+            f"on a {t.case.label} input, on a GPU |")
 
 
 def test_source(exercise_name: str, part: str) -> str:
@@ -103,6 +103,7 @@ def expected_source(cell, path: Path) -> str | None:
 
 def sync(path: Path, write: bool = True) -> list[str]:
     """Bring one notebook in step; return what was (or would be) changed."""
+    path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     changes = []
     for i, cell in enumerate(nb.cells):

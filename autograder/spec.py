@@ -33,12 +33,17 @@ class Case:
     dtype: torch.dtype = torch.float32
     """Element type of the inputs (and of the expected output)."""
     strided: bool = False
-    """Pass a non-contiguous view (a slice of a wider tensor) where the exercise allows it."""
+    """Pass a row-strided view, ``x[..., :n]`` of a wider tensor, where the exercise allows it."""
+    values: str = "normal"
+    """What the random values look like: ``normal`` (standard normal), ``large`` (magnitudes
+    around 10^4, 2·10^3 in float16) or ``neg_inf`` (about one entry in ten -inf, never a
+    whole row)."""
 
     @property
     def label(self) -> str:
         dims = "×".join(map(str, self.shape))
-        return f"{dims} {str(self.dtype).removeprefix('torch.')}" + (" strided" if self.strided else "")
+        extras = (" strided" if self.strided else "") + ("" if self.values == "normal" else f" {self.values}")
+        return f"{dims} {str(self.dtype).removeprefix('torch.')}{extras}"
 
 
 @dataclass(frozen=True)
@@ -73,11 +78,11 @@ class Exercise:
     """Module of the reference solution in ``solutions/``."""
     visible_cases: dict[str, tuple[Case, ...]]
     """Cases the students' self-check runs, by device kind (``"cpu"`` or ``"cuda"``)."""
-    hidden_cases: dict[str, tuple[Case, ...]]
-    """Cases only grading runs, by device kind."""
-    throughput: Throughput
-    """The speed requirement (GPU only)."""
-    points: dict[str, float]
+    hidden_cases: dict[str, tuple[Case, ...]] = field(default_factory=dict)
+    """Cases only grading runs, by device kind (none for a lesson's practice exercise)."""
+    throughput: Throughput | None = None
+    """The speed requirement (GPU only); None for an exercise graded on correctness alone."""
+    points: dict[str, float] = field(default_factory=dict)
     """Points of each graded part: ``correctness`` (visible cases), ``hidden`` (cases only
     grading runs, shared out by the fraction passed) and ``throughput`` (all or nothing)."""
     tolerances: dict[torch.dtype, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))

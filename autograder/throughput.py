@@ -27,7 +27,7 @@ def cpu_policy() -> str:
 
 def not_measured() -> ThroughputResult:
     return ThroughputResult("not measured", "not measured: needs a GPU (kernels ran in Triton's "
-                            "interpreter, whose speed says nothing about the GPU's).")
+                            "interpreter, whose speed says nothing about a GPU's).")
 
 
 def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:

@@ -41,6 +41,7 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     ### END SOLUTION
 
 
+# --- notebook cell: naive_softmax ---
 def naive_softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax of a 2-D tensor as five separate PyTorch operations.
 

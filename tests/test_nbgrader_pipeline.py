@@ -1,4 +1,7 @@
-"""The instructor's pipeline for real: generate, autograde three submissions, feedback."""
+"""The instructor's whole cycle for real: generate, release, fetch, submit, collect,
+grade the class, feedback and export, with simulated students; and every assignment's
+reference solution autograded."""
+import csv
 import re
 import shutil
 import subprocess
@@ -9,13 +12,15 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
+from autograder import exercises
 from autograder.exercises import VECTOR_ADD
+from autograder.grade_class import grade_class, table
 from autograder.notebook_sync import solution_section
-from conftest import ROOT, venv_env
+from conftest import DEVICE, ROOT, venv_env
 
 pytestmark = pytest.mark.slow
-ASSIGNMENT = VECTOR_ADD.name
-NOTEBOOK = f"{ASSIGNMENT}.ipynb"
+PS1 = VECTOR_ADD.name
+COURSE_ID = "triton-course"
 
 UNMASKED = '''@triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
@@ -30,71 +35,135 @@ def add(x, y):
 '''
 
 
-def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=venv_env(),
+def nbgrader(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=venv_env(),
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     return done
 
 
-def submit(course: Path, student: str, solution: str | None) -> None:
-    nb = nbformat.read(course / "release" / ASSIGNMENT / NOTEBOOK, as_version=4)
-    if solution is not None:
-        cell, = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "add"]
-        cell.source = solution
-    folder = course / "submitted" / student / ASSIGNMENT
-    folder.mkdir(parents=True)
-    nbformat.write(nb, folder / NOTEBOOK)
-
-
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
+def new_course(tmp: Path, assignment: str) -> Path:
+    course = tmp / "course"
+    course.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "source" / ASSIGNMENT, course / "source" / ASSIGNMENT)
-    nbgrader(course, "generate_assignment", ASSIGNMENT, "--force")
-    submit(course, "reference", solution_section("solutions/vector_add.py", "add"))
-    submit(course, "untouched", None)
-    submit(course, "unmasked", UNMASKED)
-    nbgrader(course, "autograde", ASSIGNMENT, "--create", "--force")
-    nbgrader(course, "generate_feedback", ASSIGNMENT, "--force")
+    shutil.copytree(ROOT / "source" / assignment, course / "source" / assignment)
+    nbgrader(course, "generate_assignment", assignment, "--force")
     return course
 
 
-def scores(course: Path, student: str) -> dict[str, float]:
+def answer(notebook: Path, assignment: str, solution: str | None) -> None:
+    """Write ``solution`` into the notebook's answer cell (None: leave it as released)."""
+    if solution is None:
+        return
+    nb = nbformat.read(notebook, as_version=4)
+    function = exercises.get(assignment).function
+    cell, = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == function]
+    cell.source = solution
+    nbformat.write(nb, notebook)
+
+
+def reference(assignment: str) -> str:
+    ex = exercises.get(assignment)
+    return solution_section(f"{ex.solution.replace('.', '/')}.py", ex.function)
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory):
+    """ps1 through the exchange, for four students."""
+    tmp = tmp_path_factory.mktemp("cycle")
+    course = new_course(tmp, PS1)
+    exchange = f"--Exchange.root={course / 'exchange'}"
+    nbgrader(course, "release_assignment", PS1, "--force")
+    students = {"ada": reference(PS1), "bob": UNMASKED, "cy": None, "dee": "broken"}
+    for student, solution in students.items():
+        home = tmp / student
+        home.mkdir()
+        nbgrader(home, "fetch_assignment", PS1, f"--course={COURSE_ID}", exchange)
+        notebook = home / PS1 / f"{PS1}.ipynb"
+        if solution == "broken":
+            notebook.write_text('{"cells": [ this is not JSON')
+        else:
+            answer(notebook, PS1, solution)
+        nbgrader(home, "submit", PS1, f"--course={COURSE_ID}", f"--student={student}", exchange)
+    nbgrader(course, "collect", PS1)
+    grades = {g.student: g for g in grade_class(course, PS1)}
+    nbgrader(course, "generate_feedback", PS1, "--force")
+    nbgrader(course, "export", f"--to={course / 'grades.csv'}")
+    return course, grades
+
+
+def cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        nb = gb.find_submission_notebook(NOTEBOOK.removesuffix(".ipynb"), ASSIGNMENT, student)
+        nb = gb.find_submission_notebook(assignment, assignment, student)
         return {g.name: g.score for g in nb.grades}
 
 
-def test_release_holds_no_solution_and_no_hidden_test(course):
-    text = (course / "release" / ASSIGNMENT / NOTEBOOK).read_text()
+def expected_unmasked_points() -> dict[str, float]:
+    """Only whole blocks of 1024 come out right without a mask; grade() shares points by cases."""
+    def share(which):
+        cases = VECTOR_ADD.cases(which, DEVICE.device)
+        return round(VECTOR_ADD.points["correctness" if which == "visible" else "hidden"]
+                     * sum(c.shape[0] % 1024 == 0 for c in cases) / len(cases), 2)
+    return {"test_correctness": share("visible"), "test_hidden": share("hidden"), "test_throughput": 0}
+
+
+def test_release_holds_no_solution_and_no_hidden_test(cycle):
+    course, _ = cycle
+    text = (course / "release" / PS1 / f"{PS1}.ipynb").read_text()
     for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", '"hidden")', "tl.program_id(axis=0)"):
         assert secret not in text
     assert "raise NotImplementedError()" in text
 
 
-def test_reference_solution_gets_full_correctness_marks(course):
-    got = scores(course, "reference")
-    assert got["test_correctness"] == VECTOR_ADD.points["correctness"]
-    assert got["test_hidden"] == VECTOR_ADD.points["hidden"]
-    # No GPU in CI: throughput is "not measured", which scores 0 by default.
-    assert got["test_throughput"] == 0
+def test_reference_partial_and_empty_submissions_score_as_declared(cycle):
+    course, _ = cycle
+    full = {"test_correctness": VECTOR_ADD.points["correctness"], "test_hidden": VECTOR_ADD.points["hidden"],
+            "test_throughput": 0}  # no GPU here: throughput is "not measured", 0 by default
+    assert cell_scores(course, PS1, "ada") == full
+    assert cell_scores(course, PS1, "bob") == expected_unmasked_points()
+    assert sum(cell_scores(course, PS1, "cy").values()) == 0
 
 
-def test_untouched_release_scores_zero(course):
-    assert sum(scores(course, "untouched").values()) == 0
+def test_exported_grades_are_exact(cycle):
+    course, _ = cycle
+    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+    total = sum(VECTOR_ADD.points.values())
+    expected = {"ada": 6.0, "bob": sum(expected_unmasked_points().values()), "cy": 0.0, "dee": 0.0}
+    assert set(rows) == set(expected)  # the broken notebook is listed too, with 0
+    for student, score in expected.items():
+        assert float(rows[student]["score"]) == pytest.approx(score), rows[student]
+        assert float(rows[student]["max_score"]) == total
 
 
-def test_kernel_without_mask_gets_partial_marks(course):
-    got = scores(course, "unmasked")
-    correctness = got["test_correctness"] + got["test_hidden"]
-    assert 0 < correctness < VECTOR_ADD.points["correctness"] + VECTOR_ADD.points["hidden"]
+def test_class_summary_names_failing_tests_and_reasons(cycle):
+    _, grades = cycle
+    assert set(grades) == {"ada", "bob", "cy", "dee"}
+    assert grades["ada"].failing == ["test_throughput"]
+    assert "needs a GPU" in grades["ada"].reasons[0]
+    assert "test_correctness" in grades["bob"].failing and "partial credit" in " ".join(grades["bob"].reasons)
+    assert "no case passed; the first: `add` is not written yet" in grades["cy"].reasons[0]
+    assert grades["dee"].score == 0
+    assert grades["dee"].reasons[0].startswith(f"{PS1}.ipynb is not a readable notebook (NotJSONError")
+    summary = table(PS1, list(grades.values()))
+    assert all(name in summary for name in grades) and "6/8" in summary
 
 
-def test_feedback_names_the_failing_test_and_hides_hidden_code(course):
-    html = (course / "feedback" / "unmasked" / ASSIGNMENT / NOTEBOOK.replace(".ipynb", ".html")).read_text()
-    assert "GradingFailure" in html and "out of bounds" in html
-    assert "test_throughput" in html or "throughput" in html
-    for secret in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", re.escape('"hidden")')):
-        assert not re.search(secret, html), secret
+def test_feedback_names_the_failing_test_and_hides_hidden_code(cycle):
+    course, _ = cycle
+    html = (course / "feedback" / "bob" / PS1 / f"{PS1}.html").read_text()
+    assert "GradingFailure" in html and "out of bounds" in html and "test_throughput" in html
+    for secret in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "&quot;hidden&quot;", '"hidden"'):
+        assert secret not in html, secret
+
+
+@pytest.mark.parametrize("assignment", sorted(p.name for p in (ROOT / "source").iterdir() if p.is_dir()))
+def test_every_reference_solution_autogrades_to_full_correctness(assignment, tmp_path):
+    course = new_course(tmp_path, assignment)
+    folder = course / "submitted" / "ref" / assignment
+    folder.mkdir(parents=True)
+    shutil.copy(course / "release" / assignment / f"{assignment}.ipynb", folder)
+    answer(folder / f"{assignment}.ipynb", assignment, reference(assignment))
+    nbgrader(course, "autograde", assignment, "--create", "--force")
+    points = exercises.get(assignment).points
+    assert cell_scores(course, assignment, "ref") == {
+        "test_correctness": points["correctness"], "test_hidden": points["hidden"], "test_throughput": 0}

@@ -1,0 +1,1 @@
+"""One module per lesson exercise, each defining ``EXERCISE`` (found by autograder.exercises)."""
