@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import secrets
 
-from . import device, exercises, throughput
+from . import device, exercises, isolation, throughput
 from .correctness import run_cases
 from .report import CheckResult, ThroughputResult
 
@@ -52,7 +52,7 @@ def grade(exercise: str, fn, part: str) -> float:
     points = spec.points[part]
     if part == "throughput":
         if device.current().has_gpu:
-            verdict = check(exercise, fn, verbose=False).throughput
+            verdict = _checked(spec, fn, cases="visible", measure_throughput=True).throughput
         else:
             verdict = throughput.not_measured()
         print(f"{exercise} throughput: {verdict.message}")
@@ -63,9 +63,18 @@ def grade(exercise: str, fn, part: str) -> float:
             print(f"Points awarded without a GPU ({throughput.CPU_POLICY_VAR}=award).")
             return points
         raise GradingFailure(f"{exercise} throughput: {verdict.message}")
-    result = check(exercise, fn, cases="visible" if part == "correctness" else "hidden",
-                   measure_throughput=False)
+    result = _checked(spec, fn, cases="visible" if part == "correctness" else "hidden",
+                      measure_throughput=False)
+    print(result.summary())
     if not any(c.passed for c in result.cases):
         first = result.cases[0].message.splitlines()[0] if result.cases else "no cases"
         raise GradingFailure(f"{exercise} {part}: no case passed; the first: {first}")
     return round(points * result.fraction_passed, 2)
+
+
+def _checked(spec, fn, *, cases: str, measure_throughput: bool) -> CheckResult:
+    """The check, in a clean process when grading (see :mod:`autograder.isolation`)."""
+    if isolation.enabled():
+        return isolation.check_in_subprocess(spec.name, spec.function, cases=cases,
+                                             measure_throughput=measure_throughput)
+    return check(spec, fn, cases=cases, measure_throughput=measure_throughput, verbose=False)

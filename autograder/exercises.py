@@ -103,6 +103,34 @@ FUSED_SOFTMAX = Exercise(
 )
 
 
+# Rows past one block: on the CPU a few tiles of 4096, on a GPU up to 2^20 columns (4 MiB of
+# float32, sixteen times an SM's register file).
+_ONLINE_CPU = (Case((1, 1)), Case((3, 1000)), Case((2, 5000)), Case((2, 4097), _F16),
+               Case((3, 9000), strided=True), Case((2, 6000), values="large"),
+               Case((2, 6000), _F16, values="neg_inf"))
+_ONLINE_GPU = _ONLINE_CPU + (Case((64, 2**20)), Case((16, 2**18 + 3), _F16), Case((8, 100_000), _BF16),
+                             Case((4, 2**20), _BF16, strided=True))
+
+ONLINE_SOFTMAX = Exercise(
+    name="ps3_online_softmax",
+    function="softmax_online",
+    signature="softmax_online(x: torch.Tensor) -> torch.Tensor",
+    reference=_softmax_reference,
+    make_inputs=_one_input,
+    solution="solutions.online_softmax",
+    visible_cases={"cpu": _ONLINE_CPU, "cuda": _ONLINE_GPU},
+    hidden_cases={
+        "cpu": (Case((1, 20_000)), Case((4, 8193), _F16), Case((2, 3000), _F16, strided=True),
+                Case((3, 4096), values="neg_inf"), Case((2, 777)), Case((2, 777))),
+        "cuda": (Case((64, 262_144)), Case((3, 2**20 + 1), _F16, values="neg_inf"),
+                 Case((5, 123_457), _BF16, values="large"), Case((1, 1)), Case((2, 777)), Case((2, 777))),
+    },
+    throughput=Throughput(case=Case((64, 262_144)), threshold=0.8,
+                          bytes_moved=_bytes_elementwise, baseline="torch.softmax"),
+    points={"correctness": 4, "hidden": 4, "throughput": 2},
+)
+
+
 def _lesson_exercises() -> list[Exercise]:
     """The practice exercises of the lessons: ``EXERCISE`` of each ``lesson_exercises`` module."""
     import importlib
@@ -113,7 +141,7 @@ def _lesson_exercises() -> list[Exercise]:
             for m in sorted(pkgutil.iter_modules(lesson_exercises.__path__), key=lambda m: m.name)]
 
 
-EXERCISES = {ex.name: ex for ex in (VECTOR_ADD, FUSED_SOFTMAX, *_lesson_exercises())}
+EXERCISES = {ex.name: ex for ex in (VECTOR_ADD, FUSED_SOFTMAX, ONLINE_SOFTMAX, *_lesson_exercises())}
 
 
 def get(name: str | Exercise) -> Exercise:

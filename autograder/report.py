@@ -77,3 +77,18 @@ class CheckResult:
         speed = f", throughput {self.throughput.status}" if self.throughput else ""
         ok = sum(c.passed for c in self.cases)
         return f"<CheckResult {self.exercise}: {ok}/{len(self.cases)} correct{speed}>"
+
+
+def to_json(result: CheckResult) -> str:
+    """The result as JSON, to cross a process boundary."""
+    import dataclasses
+    import json
+    return json.dumps(dataclasses.asdict(result))
+
+
+def from_json(text: str) -> CheckResult:
+    import json
+    data = json.loads(text)
+    speed = data.pop("throughput")
+    return CheckResult(cases=[CaseResult(**c) for c in data.pop("cases")],
+                       throughput=ThroughputResult(**speed) if speed else None, **data)

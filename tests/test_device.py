@@ -32,6 +32,15 @@ def run(code: str, **env) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
 
 
+def _interpreter_works() -> bool:
+    try:
+        device._check_interpreter_versions()
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _interpreter_works(), reason="this Triton's interpreter breaks under this numpy")
 def test_cpu_choice_prints_one_line_and_runs_reductions_after_a_late_switch():
     done = run(REDUCTION_AFTER_IMPORT, TRITON_COURSE_DEVICE="cpu")
     assert done.returncode == 0, done.stderr

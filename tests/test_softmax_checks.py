@@ -67,3 +67,19 @@ def test_ignoring_the_row_stride_fails_the_strided_views():
 def test_pytorch_shortcuts_fail(cheat):
     _, result = failed_labels(cheat)
     assert all("computed with PyTorch" in c.message for c in result.cases)
+
+
+def test_online_softmax_without_the_rescale_fails_only_multi_tile_rows():
+    from autograder.exercises import ONLINE_SOFTMAX
+    from test_online_softmax import _no_rescale_kernel
+
+    def softmax_online(x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        _no_rescale_kernel[(x.shape[0],)](out, x, x.shape[1], BLOCK_SIZE=1024)
+        return out
+
+    result = check(ONLINE_SOFTMAX, softmax_online, measure_throughput=False, verbose=False)
+    passed = {c.label: c.passed for c in result.cases}
+    assert passed["1×1 float32"] and passed["3×1000 float32"]  # one tile: nothing to rescale
+    assert not passed["2×5000 float32"] and not passed["3×9000 float32 strided"]

@@ -18,7 +18,7 @@ def combine_reference(m1: torch.Tensor, s1: torch.Tensor, m2: torch.Tensor, s2: 
 
 
 def _states(case: Case, generator: torch.Generator, device: str):
-    """Two states per element. Maxima are N(0, 4²), so exp(m1 - m) spans e^0 to e^-30 and a
+    """Two states per element. Maxima are N(0, 4²), so exp(m1 - m) spans e^0 to about e^-20 and a
     missing rescale is off by far more than any tolerance. Sums lie in [1, 1001): a tile's
     s counts exp(0) = 1 for its own maximum. A fixed pattern adds the awkward states: every
     3rd element has m1 = m2 (a tie), every 5th has state 1 empty, every 7th state 2 empty,
