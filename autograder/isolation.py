@@ -63,8 +63,10 @@ def check_in_subprocess(exercise: str, function: str, *, cases: str, measure_thr
         cmd = [sys.executable, "-m", "autograder.isolation", str(notebook), exercise, function,
                "--cases", cases, "--out", str(out)] + (["--throughput"] if measure_throughput else []) \
             + ([] if seed is None else ["--seed", str(seed)])
+        # nbgrader's variables stay behind: the student's code should not see it is graded
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NBGRADER") and k != ISOLATE_VAR}
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             return _failed(exercise, f"grading was stopped after {timeout_s:g} s: the code never finished.")
         if out.exists():

@@ -82,6 +82,16 @@ def test_wrong_output_is_named():
         assert all(word in c.message for c in result.cases), (word, result.summary())
 
 
+def test_a_tensor_subclass_with_rigged_comparisons_fails():
+    class AlwaysEqual(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    result = check(VECTOR_ADD, lambda x, y: _launch(x, y, torch.empty_like(x)).as_subclass(AlwaysEqual),
+                   verbose=False)
+    assert all("returned AlwaysEqual, expected a torch.Tensor" in c.message for c in result.cases)
+
+
 def test_wrong_values_get_a_mismatch_table():
     def off_by_one_element(x, y):
         out = _launch(x, y, torch.empty_like(x))

@@ -45,3 +45,14 @@ def test_timed_outputs_are_checked():
     result = check(VECTOR_ADD, right_then_wrong, verbose=False)
     assert result.correct and result.throughput.status == "failed"
     assert "outputs of the timed runs are wrong" in result.throughput.message
+
+
+def test_a_slow_submission_fails_the_threshold():
+    def add_four_times(a, b):  # right answer, four times the memory traffic
+        for _ in range(3):
+            add(a, b)
+        return add(a, b)
+
+    result = check(VECTOR_ADD, add_four_times, verbose=False)
+    assert result.correct and result.throughput.status == "failed"
+    assert result.throughput.ratio < 0.4, result.throughput.message

@@ -99,3 +99,11 @@ def test_a_broken_answer_cell_is_explained(graded_here):
     assert "raised SyntaxError when run on their own" in isolated().cases[0].message
     write_notebook(graded_here, "def plus(x, y): return x")
     assert "define no function `add`" in isolated().cases[0].message
+
+
+def test_the_answer_cannot_see_that_it_is_graded(graded_here, monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    reference = solution_section("solutions/vector_add.py", "add")
+    write_notebook(graded_here, reference + "\nimport os\nif 'NBGRADER_EXECUTION' in os.environ or "
+                   f"'{isolation.ISOLATE_VAR}' in os.environ:\n    add = None")
+    assert isolated().correct
