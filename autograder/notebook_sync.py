@@ -8,22 +8,33 @@ Cells carry ``metadata.course.role``:
 - ``rubric``: the exercise's points and threshold, from :mod:`autograder.exercises`;
 - ``test``: the nbgrader test cell of one graded ``part``, with its points.
 
+Chinese lessons, ``notebooks/zh/NN_name.ipynb``, are generated whole from the English
+``notebooks/NN_name.ipynb`` and ``notebooks/zh/translations/NN_name.yaml``, which maps each
+hand-written Markdown cell's id to ``{en: <digest of the English source>, zh: <Chinese>}``; a
+translation whose English has changed since is reported as stale.
+
 ``python -m autograder.notebook_sync`` rewrites them; ``--check`` only reports (the tests use it).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import tomllib
 from pathlib import Path
 
 import nbformat
+import yaml
 
 from . import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIRS = ("notebooks", "source")
 SECTION_MARK = "# --- notebook cell: "
+ZH_DIR = ROOT / "notebooks" / "zh"
+TRANSLATIONS = ZH_DIR / "translations"
+ZH_LANGUAGE_CELL = ("from autograder.quiz import set_language\n\n"
+                    "set_language(\"zh\")  # 测验与案例问题以中文显示")
 
 
 def repository() -> str:
@@ -101,27 +112,67 @@ def expected_source(cell, path: Path) -> str | None:
     raise ValueError(f"{path}: unknown course role {role!r}")
 
 
+def source_digest(text: str) -> str:
+    """What a translation records of the English it was made from."""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def translated(english: Path) -> nbformat.NotebookNode:
+    """The Chinese notebook made from ``english`` and its translation table."""
+    table_path = TRANSLATIONS / f"{english.stem}.yaml"
+    table = yaml.safe_load(table_path.read_text()) or {}
+    nb = nbformat.read(english, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or "role" in cell.metadata.get("course", {}):
+            continue
+        entry = table.get(cell.id)
+        if entry is None:
+            raise KeyError(f"translations/{table_path.name}: no Chinese for cell {cell.id} of {english.name}")
+        if entry["en"] != source_digest(cell.source):
+            raise ValueError(f"translations/{table_path.name}: cell {cell.id} is stale, its English "
+                             f"changed (digest now {source_digest(cell.source)})")
+        cell.source = entry["zh"].rstrip("\n")
+    setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "setup_device(" in c.source)
+    language = nbformat.v4.new_code_cell(ZH_LANGUAGE_CELL)
+    language.id = f"zh{nb.cells[setup].id}"[:64]
+    nb.cells.insert(setup + 1, language)
+    return nb
+
+
 def sync(path: Path, write: bool = True) -> list[str]:
     """Bring one notebook in step; return what was (or would be) changed."""
     path = Path(path).resolve()
+    name = path.relative_to(ROOT)
     nb = nbformat.read(path, as_version=4)
-    changes = []
+    changes = _fill_generated(nb, path)
+    if path.parent == ZH_DIR:
+        want = translated(ROOT / "notebooks" / path.name)
+        _fill_generated(want, path)
+        if [(c.cell_type, c.source) for c in nb.cells] != [(c.cell_type, c.source) for c in want.cells]:
+            changes = [f"{name} (out of step with its English notebook or its translation)"]
+            nb = want
+    if changes and write:
+        nbformat.write(nb, path)
+    return changes
+
+
+def _fill_generated(nb, path: Path) -> list[str]:
+    """Write every generated cell, the test cells' points, and clear outputs; say what changed."""
+    name, changes = path.relative_to(ROOT), []
     for i, cell in enumerate(nb.cells):
         want = expected_source(cell, path)
         if want is not None and cell.source != want:
-            changes.append(f"{path.relative_to(ROOT)} cell {i} ({cell.metadata['course']['role']})")
+            changes.append(f"{name} cell {i} ({cell.metadata['course']['role']})")
             cell.source = want
         meta = cell.metadata.get("course", {})
         if meta.get("role") == "test":
             points = exercises.get(meta["exercise"]).points[meta["part"]]
             if cell.metadata.get("nbgrader", {}).get("points") != points:
-                changes.append(f"{path.relative_to(ROOT)} cell {i} (points)")
+                changes.append(f"{name} cell {i} (points)")
                 cell.metadata["nbgrader"]["points"] = points
         if cell.cell_type == "code" and (cell.outputs or cell.execution_count):
-            changes.append(f"{path.relative_to(ROOT)} cell {i} (outputs)")
+            changes.append(f"{name} cell {i} (outputs)")
             cell.outputs, cell.execution_count = [], None
-    if changes and write:
-        nbformat.write(nb, path)
     return changes
 
 
@@ -130,10 +181,23 @@ def all_notebooks() -> list[Path]:
                   if ".ipynb_checkpoints" not in p.parts)
 
 
+def create_missing_translations() -> list[Path]:
+    """A Chinese notebook for every translation table that has none yet."""
+    made = []
+    for table in sorted(TRANSLATIONS.glob("*.yaml")) if TRANSLATIONS.exists() else []:
+        target = ZH_DIR / f"{table.stem}.ipynb"
+        if not target.exists():
+            nbformat.write(translated(ROOT / "notebooks" / target.name), target)
+            made.append(target)
+    return made
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report drift, change nothing")
     args = parser.parse_args(argv)
+    if not args.check:
+        create_missing_translations()
     changes = [c for p in all_notebooks() for c in sync(p, write=not args.check)]
     for c in changes:
         print(("drifted: " if args.check else "updated: ") + c)

@@ -47,3 +47,33 @@ def test_sync_detects_a_drifted_solution(tmp_path, monkeypatch):
     finally:
         copy.unlink()
     assert any("(solution)" in c for c in changes)
+
+
+def test_chinese_notebooks_follow_their_english_and_flag_stale_translations(tmp_path, monkeypatch):
+    import yaml
+
+    english = ROOT / "notebooks" / "01_ninja_gap.ipynb"
+    cells = [c for c in nbformat.read(english, as_version=4).cells
+             if c.cell_type == "markdown" and "role" not in c.metadata.get("course", {})]
+    table = {c.id: {"en": notebook_sync.source_digest(c.source), "zh": f"中文 {c.id}"} for c in cells}
+    monkeypatch.setattr(notebook_sync, "TRANSLATIONS", tmp_path)
+
+    def translate():
+        (tmp_path / english.name.replace(".ipynb", ".yaml")).write_text(yaml.safe_dump(table, allow_unicode=True))
+        return notebook_sync.translated(english)
+
+    zh = translate()
+    assert [c.source for c in zh.cells if c.id in table] == [f"中文 {c.id}" for c in cells]
+    assert sum('set_language("zh")' in c.source for c in zh.cells) == 1
+    table[cells[0].id]["en"] = "0" * 12
+    with pytest.raises(ValueError, match="stale"):
+        translate()
+    del table[cells[0].id]
+    with pytest.raises(KeyError, match="no Chinese"):
+        translate()
+
+
+def test_lessons_one_to_four_read_in_chinese_too():
+    chinese = {p.name for p in notebook_sync.ZH_DIR.glob("*.ipynb")}
+    english = {p.name for p in (ROOT / "notebooks").glob("0[1-4]_*.ipynb")}
+    assert len(english) == 4 and english <= chinese
