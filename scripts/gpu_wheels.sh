@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Download, into .whl/, the wheels scripts/gpu_run.sh installs on the GPU machine, whose image
+# (Python 3.12, torch, triton, numpy, pytest, matplotlib, pyyaml) lacks Jupyter's pieces.
+# .whl/ is git-ignored; the device tool carries it (carry: [".whl"]).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+rm -rf .whl
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any \
+  -d .whl nbclient ipykernel nbformat ipywidgets jsonschema pytest-timeout
+# Already in the image: two versions of one package would break the install there.
+rm -f .whl/{attrs,packaging,psutil,pygments,pytest,pluggy,iniconfig,python_dateutil,typing_extensions,tzdata}-*.whl
+du -sh .whl
