@@ -1,0 +1,66 @@
+"""Lesson 2's exercise: the check fails the classic mistakes and the notebook's stub says so."""
+import nbformat
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from autograder import check
+from autograder.lesson_exercises.l02_reverse import EXERCISE
+from conftest import DEVICE, ROOT
+
+
+@triton.jit
+def _reverse_variant(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr, SHIFT: tl.constexpr,
+                     MASKED: tl.constexpr):
+    offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    if MASKED:
+        x = tl.load(x_ptr + (n_elements - SHIFT - offsets), mask=mask)
+    else:
+        x = tl.load(x_ptr + (n_elements - SHIFT - offsets))
+    tl.store(out_ptr + offsets, x, mask=mask)
+
+
+def _variant(shift=1, masked=True):
+    def reverse(x):
+        out = torch.empty_like(x)
+        _reverse_variant[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK_SIZE=1024,
+                                                          SHIFT=shift, MASKED=masked)
+        return out
+    return reverse
+
+
+def result(fn):
+    return check(EXERCISE, fn, verbose=False)
+
+
+def test_the_variant_kernel_itself_is_right():
+    assert result(_variant()).correct
+
+
+@pytest.mark.skipif(DEVICE.has_gpu, reason="an off-by-one load reads x[n] on a GPU: past the buffer")
+def test_off_by_one_fails_every_case():
+    assert not any(c.passed for c in result(_variant(shift=0)).cases)
+
+
+@pytest.mark.skipif(DEVICE.has_gpu, reason="unmasked mirrored loads read before x[0] on a GPU")
+def test_an_unmasked_load_is_caught_on_ragged_sizes_only():
+    cases = result(_variant(masked=False)).cases
+    assert {c.label for c in cases if not c.passed} == \
+        {c.label for c in EXERCISE.cases("visible", DEVICE.device) if c.shape[0] % 1024}
+    assert all("out of bounds" in c.message for c in cases if not c.passed)
+
+
+def test_the_notebook_stub_is_reported_as_not_written(tmp_path):
+    import importlib.util
+
+    nb = nbformat.read(ROOT / "notebooks" / "02_block_programming_model.ipynb", as_version=4)
+    stub, = [c for c in nb.cells if "exercise-stub" in c.metadata.get("tags", [])]
+    module_file = tmp_path / "stub.py"  # a file: @triton.jit reads the kernel's source with inspect
+    module_file.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + stub.source)
+    spec = importlib.util.spec_from_file_location("lesson2_stub", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert all("not written yet" in c.message for c in result(module.reverse).cases)
+    assert "n_elements - 1 - offsets" not in stub.source  # the answer stays out of the notebook
