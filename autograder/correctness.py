@@ -39,8 +39,7 @@ def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
     given = tuple(_clone_keeping_strides(t) for t in inputs)
     if (problem := signature_problem(exercise, fn, given)) is not None:
         return CaseResult(case.label, False, problem)
-    if device == "cuda":
-        _poison_free_memory(inputs)
+    _poison_free_memory(inputs)
     try:
         with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {case.label}"), \
                 watch(exercise.allowed_ops) as record:
@@ -59,9 +58,10 @@ def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
 
 
 def _poison_free_memory(like) -> None:
-    """Leave NaN-filled blocks of the inputs' sizes in PyTorch's CUDA cache, where the student's
-    ``torch.empty_like`` finds them: an element the kernel never writes then reads NaN instead of
-    a stale right answer from an earlier call."""
+    """Free NaN-filled blocks of the inputs' sizes just before the call, where the allocator
+    (PyTorch's CUDA cache, or malloc's free lists on the CPU) hands them to the student's
+    ``torch.empty_like``: an element the kernel never writes then reads NaN, not a stale right
+    answer from an earlier call with the same data."""
     blocks = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in like]
     for block in blocks:
         block.fill_(float("nan") if block.is_floating_point() else -1)
@@ -135,7 +135,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> s
     inf_new = int((got.isinf() & ~want.isinf()).sum())
     if nan_new or inf_new:
         lines.append(f"your output has {nan_new} NaN and {inf_new} Inf where the reference has none"
-                     + (" (on a GPU, NaN also marks elements your kernel never wrote)" if nan_new else ""))
+                     + (" (NaN also marks elements your kernel never wrote)" if nan_new else ""))
     lines.append(f"{'index':>14}  {'yours':>12}  {'expected':>12}")
     for idx in bad[:SHOWN_MISMATCHES].tolist():
         lines.append(f"{str(tuple(idx)):>14}  {got[tuple(idx)].item():>12.6g}  {want[tuple(idx)].item():>12.6g}")
