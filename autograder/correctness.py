@@ -13,6 +13,7 @@ from .spec import Case, Exercise
 
 _PACKAGE_DIR = str(Path(__file__).parent)
 SHOWN_MISMATCHES = 5
+POISON_COPIES = 4
 
 
 def signature_problem(exercise: Exercise, fn, args) -> str | None:
@@ -62,7 +63,10 @@ def _poison_free_memory(like) -> None:
     (PyTorch's CUDA cache, or malloc's free lists on the CPU) hands them to the student's
     ``torch.empty_like``: an element the kernel never writes then reads NaN, not a stale right
     answer from an earlier call with the same data."""
-    blocks = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in like]
+    # Several of each: the wrapper's own allocations (a .contiguous() copy, the interpreter's
+    # host copies) may take the first; malloc hands freed chunks back last in, first out.
+    # One copy let a stale right answer through in 2 of 3 full runs here; four, in none of 3.
+    blocks = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in like for _ in range(POISON_COPIES)]
     for block in blocks:
         block.fill_(float("nan") if block.is_floating_point() else -1)
     del blocks

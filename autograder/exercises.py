@@ -3,36 +3,12 @@ from __future__ import annotations
 
 import torch
 
+from .inputs import one_random_tensor, random_tensors
 from .spec import Case, Exercise, Throughput
-
-
-def random_tensors(case: Case, generator: torch.Generator, device: str, count: int):
-    """``count`` random tensors for ``case``, drawn on the CPU (the same values on every device)."""
-    return tuple(_random_tensor(case, generator, device) for _ in range(count))
-
-
-def _random_tensor(case: Case, generator: torch.Generator, device: str) -> torch.Tensor:
-    *outer, n = case.shape
-    width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
-    t = torch.randn((*outer, width), generator=generator, dtype=torch.float32)
-    if case.values == "large":
-        t *= 2e3 if case.dtype == torch.float16 else 1e4  # float16 overflows past 65504
-    elif case.values == "neg_inf":
-        holes = torch.rand(t.shape, generator=generator) < 0.1
-        holes[..., 0] = False  # a row of only -inf has no softmax
-        t[holes] = float("-inf")
-    elif case.values != "normal":
-        raise ValueError(f"unknown values={case.values!r}")
-    t = t.to(device, case.dtype)
-    return t[..., :n] if case.strided else t
 
 
 def _vector_add_inputs(case: Case, generator: torch.Generator, device: str):
     return random_tensors(case, generator, device, count=2)
-
-
-def _one_input(case: Case, generator: torch.Generator, device: str):
-    return random_tensors(case, generator, device, count=1)
 
 
 def _bytes_elementwise(inputs, output) -> int:
@@ -96,7 +72,7 @@ FUSED_SOFTMAX = Exercise(
     function="softmax",
     signature="softmax(x: torch.Tensor) -> torch.Tensor",
     reference=_softmax_reference,
-    make_inputs=_one_input,
+    make_inputs=one_random_tensor,
     solution="solutions.softmax",
     visible_cases={"cpu": _SOFTMAX_CPU, "cuda": _SOFTMAX_GPU},
     hidden_cases={
@@ -126,7 +102,7 @@ ONLINE_SOFTMAX = Exercise(
     function="softmax_online",
     signature="softmax_online(x: torch.Tensor) -> torch.Tensor",
     reference=_softmax_reference,
-    make_inputs=_one_input,
+    make_inputs=one_random_tensor,
     solution="solutions.online_softmax",
     visible_cases={"cpu": _ONLINE_CPU, "cuda": _ONLINE_GPU},
     hidden_cases={

@@ -1,12 +1,8 @@
 """Lesson 2's exercise: reverse a vector, where the mask must guard the mirrored loads too."""
 import torch
 
+from ..inputs import one_random_tensor
 from ..spec import Case, Exercise
-
-
-def _inputs(case: Case, generator: torch.Generator, device: str):
-    x = torch.randn(case.shape, generator=generator, dtype=torch.float32)
-    return (x.to(device, case.dtype),)
 
 
 def _flip(x: torch.Tensor) -> torch.Tensor:
@@ -24,7 +20,7 @@ EXERCISE = Exercise(
     function="reverse",
     signature="reverse(x: torch.Tensor) -> torch.Tensor",
     reference=_flip,
-    make_inputs=_inputs,
+    make_inputs=one_random_tensor,
     solution="solutions.reverse",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
 )

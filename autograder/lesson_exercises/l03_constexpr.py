@@ -1,12 +1,8 @@
 """Lesson 3's exercise: ReLU whose mask is compiled in only when a constexpr flag asks for it."""
 import torch
 
+from ..inputs import one_random_tensor
 from ..spec import Case, Exercise
-
-
-def _inputs(case: Case, generator: torch.Generator, device: str):
-    x = torch.randn(case.shape, generator=generator, dtype=torch.float32)
-    return (x.to(device, case.dtype),)
 
 
 # Sizes against a 1024 block: 1024 and 4096 take the unmasked branch (EVEN_N); 1, 127, 1025
@@ -22,7 +18,7 @@ EXERCISE = Exercise(
     function="relu",
     signature="relu(x: torch.Tensor) -> torch.Tensor",
     reference=torch.relu,
-    make_inputs=_inputs,
+    make_inputs=one_random_tensor,
     solution="solutions.even_relu",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
 )

@@ -1,0 +1,32 @@
+"""Random inputs for a :class:`~autograder.spec.Case`, shared by the exercise declarations."""
+from __future__ import annotations
+
+import torch
+
+from .spec import Case
+
+
+def random_tensors(case: Case, generator: torch.Generator, device: str, count: int):
+    """``count`` random tensors for ``case``, drawn on the CPU (the same values on every device)."""
+    return tuple(_random_tensor(case, generator, device) for _ in range(count))
+
+
+def _random_tensor(case: Case, generator: torch.Generator, device: str) -> torch.Tensor:
+    *outer, n = case.shape
+    width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
+    t = torch.randn((*outer, width), generator=generator, dtype=torch.float32)
+    if case.values == "large":
+        t *= 2e3 if case.dtype == torch.float16 else 1e4  # float16 overflows past 65504
+    elif case.values == "neg_inf":
+        holes = torch.rand(t.shape, generator=generator) < 0.1
+        holes[..., 0] = False  # a row of only -inf has no softmax
+        t[holes] = float("-inf")
+    elif case.values != "normal":
+        raise ValueError(f"unknown values={case.values!r}")
+    t = t.to(device, case.dtype)
+    return t[..., :n] if case.strided else t
+
+
+def one_random_tensor(case: Case, generator: torch.Generator, device: str) -> tuple[torch.Tensor]:
+    """The input of a one-argument exercise."""
+    return random_tensors(case, generator, device, count=1)
