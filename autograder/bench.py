@@ -47,8 +47,9 @@ def grade_solution(exercise) -> dict:
         "baseline": exercise.throughput.baseline, "case": exercise.throughput.case.label,
         "threshold": exercise.throughput.threshold,
         "ratios": ratios, "median_ratio": statistics.median(ratios) if ratios else None,
-        "gbps": statistics.median(v.student_gbps for v in verdicts if v.student_gbps),
-        "baseline_gbps": statistics.median(v.baseline_gbps for v in verdicts if v.baseline_gbps),
+        "unit": exercise.throughput.unit,
+        "rate": statistics.median(v.student_rate for v in verdicts if v.student_rate),
+        "baseline_rate": statistics.median(v.baseline_rate for v in verdicts if v.baseline_rate),
         "peak_fraction": statistics.median(v.peak_fraction for v in verdicts if v.peak_fraction),
         "verdicts": [v.status for v in verdicts],
         "messages": [v.message for v in verdicts],
@@ -76,12 +77,12 @@ def markdown(env: dict, ceiling: float, rows: list[dict], sweep_data: dict) -> s
              "", f"Measured copy bandwidth (read + write, 1 GiB buffer): **{ceiling:,.0f} GB/s**.", "",
              "Reference solutions graded as submissions; throughput ratio = PyTorch time / solution time "
              f"(medians of alternating rounds), {REPEATS} verdicts each.", "",
-             "| exercise | correct | case | threshold | median ratio | ratio range | solution GB/s | "
-             "PyTorch GB/s | of copy BW | verdicts |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| exercise | correct | case | threshold | median ratio | ratio range | solution | "
+             "PyTorch | of ceiling | verdicts |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = f"{min(r['ratios']):.3f}–{max(r['ratios']):.3f}" if r["ratios"] else "–"
         lines.append(f"| {r['exercise']} | {r['correct']} | {r['case']} | ≥ {r['threshold']:g}× {r['baseline']} | "
-                     f"{r['median_ratio']:.3f} | {spread} | {r['gbps']:,.0f} | {r['baseline_gbps']:,.0f} | "
+                     f"{r['median_ratio']:.3f} | {spread} | {r['rate']:,.0f} {r['unit']} | {r['baseline_rate']:,.0f} {r['unit']} | "
                      f"{r['peak_fraction']:.1%} | {', '.join(r['verdicts'])} |")
     lines += ["", "## Vector add against size (float32)", "", "![vector add throughput](vector_add_throughput.png)", "",
               "| elements | " + " | ".join(k for k in sweep_data if k != "sizes") + " |",

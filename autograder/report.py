@@ -25,10 +25,14 @@ class ThroughputResult:
     ratio: float | None = None
     """PyTorch's time / the student's time (above 1: faster than PyTorch)."""
     threshold: float | None = None
-    student_gbps: float | None = None
-    baseline_gbps: float | None = None
+    student_rate: float | None = None
+    """The student's GB/s (memory-bound exercises) or TFLOP/s (compute-bound ones)."""
+    baseline_rate: float | None = None
+    """PyTorch's, in the same unit."""
     peak_fraction: float | None = None
-    """The student's GB/s over the device's measured copy bandwidth."""
+    """The student's rate over the device's ceiling: the measured copy bandwidth, or the
+    measured ``torch.matmul`` rate for TFLOP/s."""
+    unit: str = "GB/s"
 
     @property
     def passed(self) -> bool:

@@ -48,16 +48,31 @@ class Case:
 
 @dataclass(frozen=True)
 class Throughput:
-    """The speed requirement, measured on a GPU against PyTorch in the same process."""
+    """The speed requirement, measured on a GPU against PyTorch in the same process.
+
+    Give ``bytes_moved`` for a memory-bound operation (reported in GB/s against the measured
+    copy bandwidth) or ``flops`` for a compute-bound one (TFLOP/s against the measured
+    ``torch.matmul`` rate in the case's dtype), not both.
+    """
 
     case: Case
     """The input the timing uses."""
     threshold: float
     """Pass when PyTorch's time / the student's time is at least this."""
-    bytes_moved: Callable[[tuple[torch.Tensor, ...], torch.Tensor], int]
-    """The fewest bytes the operation must read and write, for GB/s figures."""
     baseline: str
     """The PyTorch operation it is compared with, as students know it (e.g. ``torch.add``)."""
+    bytes_moved: Callable[[tuple[torch.Tensor, ...], torch.Tensor], int] | None = None
+    """The fewest bytes the operation must read and write, for GB/s figures."""
+    flops: Callable[[tuple[torch.Tensor, ...], torch.Tensor], int] | None = None
+    """The floating-point operations it must do (2·M·N·K for a matmul), for TFLOP/s figures."""
+
+    def __post_init__(self):
+        if (self.bytes_moved is None) == (self.flops is None):
+            raise ValueError("Throughput takes exactly one of bytes_moved= and flops=")
+
+    @property
+    def unit(self) -> str:
+        return "GB/s" if self.flops is None else "TFLOP/s"
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ import torch
 from . import timing
 from .correctness import compare
 from .report import ThroughputResult
-from .spec import Exercise
+from .spec import Exercise, Throughput
 
 CPU_POLICY_VAR = "TRITON_COURSE_CPU_THROUGHPUT"
 """What grading does without a GPU: ``fail`` (default: 0 points) or ``award`` (full points)."""
 INPUT_SETS = 3
 SUSPICIOUS_PEAK_FRACTION = 1.25
-"""A result this far above the measured copy bandwidth is implausible. Not 1.0: a kernel that
+"""A result this far above the device's measured ceiling is implausible. Not 1.0: a kernel that
 mostly reads (vector add: 2 reads per write) can beat a copy's 1:1 mix by a few percent."""
 
 
@@ -39,19 +39,28 @@ def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
                   for k in range(INPUT_SETS)]
     outputs: list = [None] * INPUT_SETS
     result = timing.compare(fn, exercise.reference, input_sets, keep=outputs)
-    nbytes = spec.bytes_moved(input_sets[0], outputs[0])
-    ours, theirs = timing.gbps(nbytes, result.candidate_ms), timing.gbps(nbytes, result.baseline_ms)
-    peak = ours / timing.copy_bandwidth_gbps()
+    ours, theirs, ceiling, ceiling_name = _rates(spec, input_sets[0], outputs[0], result)
+    peak = ours / ceiling
+    figures = (result.ratio, spec.threshold, ours, theirs, peak, spec.unit)
     for inputs, out in zip(input_sets, outputs):  # the timed outputs must be right too
         problem = compare(out, exercise.reference(*inputs), *exercise.tolerances[spec.case.dtype])
         if problem:
-            return ThroughputResult("failed", f"the outputs of the timed runs are wrong:\n{problem}",
-                                    result.ratio, spec.threshold, ours, theirs, peak)
+            return ThroughputResult("failed", f"the outputs of the timed runs are wrong:\n{problem}", *figures)
     if peak > SUSPICIOUS_PEAK_FRACTION:
-        return ThroughputResult("failed", f"{ours:.0f} GB/s is {peak:.0%} of the measured copy "
-                                "bandwidth, which no kernel can beat: the timing was fooled.",
-                                result.ratio, spec.threshold, ours, theirs, peak)
+        return ThroughputResult("failed", f"{ours:,.0f} {spec.unit} is {peak:.0%} of {ceiling_name}, "
+                                "which no kernel can beat: the timing was fooled.", *figures)
     verdict = "passed" if result.ratio >= spec.threshold else "failed"
     message = (f"{result.ratio:.2f}× {spec.baseline} (needs ≥ {spec.threshold:g}×) on {spec.case.label}: "
-               f"{ours:.0f} GB/s against {theirs:.0f} GB/s, {peak:.0%} of the copy bandwidth")
-    return ThroughputResult(verdict, message, result.ratio, spec.threshold, ours, theirs, peak)
+               f"{ours:,.0f} {spec.unit} against {theirs:,.0f} {spec.unit}, {peak:.0%} of {ceiling_name}")
+    return ThroughputResult(verdict, message, *figures)
+
+
+def _rates(spec: Throughput, inputs: tuple, output, timing_: timing.Timing) -> tuple[float, float, float, str]:
+    """(student rate, PyTorch rate, the device's ceiling, its name) in ``spec.unit``."""
+    if spec.flops is None:
+        nbytes = spec.bytes_moved(inputs, output)
+        return (timing.gbps(nbytes, timing_.candidate_ms), timing.gbps(nbytes, timing_.baseline_ms),
+                timing.copy_bandwidth_gbps(), "the copy bandwidth")
+    flops = spec.flops(inputs, output)
+    return (timing.tflops(flops, timing_.candidate_ms), timing.tflops(flops, timing_.baseline_ms),
+            timing.matmul_tflops(spec.case.dtype), "the measured matmul rate")

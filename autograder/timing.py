@@ -88,6 +88,10 @@ def gbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
 
+def tflops(flops: int, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
 _copy_bandwidth: float | None = None
 
 
@@ -99,3 +103,17 @@ def copy_bandwidth_gbps(nbytes: int = 2**30) -> float:
         dst = torch.empty_like(src)
         _copy_bandwidth = gbps(2 * nbytes, median_ms(lambda: dst.copy_(src)))
     return _copy_bandwidth
+
+
+_matmul_rate: dict[torch.dtype, float] = {}
+
+
+def matmul_tflops(dtype: torch.dtype, n: int = 8192) -> float:
+    """The device's measured ``torch.matmul`` rate at n×n×n in ``dtype``, once per process and dtype.
+
+    float32 is timed as PyTorch runs it by default (IEEE, no TF32).
+    """
+    if dtype not in _matmul_rate:
+        a, b = (torch.randn(n, n, device="cuda").to(dtype) for _ in range(2))
+        _matmul_rate[dtype] = tflops(2 * n**3, median_ms(lambda: a @ b))
+    return _matmul_rate[dtype]

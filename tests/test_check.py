@@ -9,7 +9,7 @@ import triton.language as tl
 
 from autograder import check, grade
 from autograder.check import GradingFailure
-from autograder.exercises import VECTOR_ADD
+from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
 from solutions.vector_add import add, add_kernel
 
 from conftest import DEVICE

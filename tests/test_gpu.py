@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from autograder import check, timing
-from autograder.exercises import VECTOR_ADD
+from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
 from solutions.vector_add import add
 
 pytestmark = pytest.mark.gpu

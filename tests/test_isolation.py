@@ -4,7 +4,7 @@ import pytest
 
 from autograder import isolation
 from autograder.check import GradingFailure, grade
-from autograder.exercises import VECTOR_ADD
+from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
 from autograder.notebook_sync import solution_section
 
 SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom autograder import check, grade, setup_device\ndevice = setup_device()"

@@ -13,7 +13,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import exercises
-from autograder.exercises import VECTOR_ADD
+from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
 from autograder.grade_class import grade_class, table
 from autograder.notebook_sync import solution_section
 from conftest import DEVICE, ROOT, venv_env

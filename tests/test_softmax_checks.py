@@ -5,7 +5,7 @@ import triton
 import triton.language as tl
 
 from autograder import check
-from autograder.exercises import FUSED_SOFTMAX
+from autograder.assignments.ps2_fused_softmax import EXERCISE as FUSED_SOFTMAX
 from conftest import DEVICE
 
 
@@ -70,7 +70,7 @@ def test_pytorch_shortcuts_fail(cheat):
 
 
 def test_online_softmax_without_the_rescale_fails_only_multi_tile_rows():
-    from autograder.exercises import ONLINE_SOFTMAX
+    from autograder.assignments.ps3_online_softmax import EXERCISE as ONLINE_SOFTMAX
     from test_online_softmax import _no_rescale_kernel
 
     def softmax_online(x):

@@ -1,0 +1,1 @@
+"""The nbgrader assignments' declarations, one module each, named as the assignment."""
