@@ -20,8 +20,10 @@ import jsonschema
 import yaml
 
 LANGUAGES = ("en", "zh")
-QUIZ_FILE = Path(__file__).with_name("quizzes") / "seed.yaml"
-SCHEMA_FILE = QUIZ_FILE.with_name("schema.json")
+QUIZ_DIR = Path(__file__).with_name("quizzes")
+QUIZ_FILE = QUIZ_DIR / "seed.yaml"
+"""The seed lesson's quiz and case study; lessons beyond the seed add ``<topic>.yaml`` files."""
+SCHEMA_FILE = QUIZ_DIR / "schema.json"
 
 _LABELS = {
     "en": {
@@ -69,21 +71,30 @@ def get_language() -> str:
     return _checked_language(os.environ.get("TRITON_COURSE_LANG", "en"), "in $TRITON_COURSE_LANG")
 
 
-def validate(data: object) -> None:
+def validate(data: object, source: str = QUIZ_FILE.name) -> None:
     """Raise ValueError, naming the offending question id, unless ``data`` fits schema.json."""
     schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
     if error is not None:
         where = "/".join(map(str, error.absolute_path)) or "the top level"
-        raise ValueError(f"{QUIZ_FILE.name}: invalid at {where}: {error.message}")
+        raise ValueError(f"{source}: invalid at {where}: {error.message}")
 
 
 @cache
 def load_quizzes() -> dict:
-    """The content of seed.yaml, validated once."""
-    data = yaml.safe_load(QUIZ_FILE.read_text(encoding="utf-8"))
-    validate(data)
-    return data
+    """Every quiz file of ``quizzes/``, each validated, merged: ``{questions: ..., case_study: ...}``."""
+    merged: dict = {"questions": {}}
+    for path in sorted(QUIZ_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        validate(data, path.name)
+        clash = merged["questions"].keys() & data["questions"].keys()
+        if clash or ("case_study" in data and "case_study" in merged):
+            raise ValueError(f"{path.name} repeats {', '.join(sorted(clash)) or 'case_study'}, "
+                             "already defined in another quiz file")
+        merged["questions"].update(data["questions"])
+        if "case_study" in data:
+            merged["case_study"] = data["case_study"]
+    return merged
 
 
 def _entry(table: dict, key: str) -> dict:
