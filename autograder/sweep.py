@@ -18,16 +18,21 @@ INPUT_SETS = 3
 
 
 def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int], tuple],
-                  sizes: Sequence[int], bytes_moved: Callable[[int], int],
+                  sizes: Sequence[int], bytes_moved: Callable[[int], int] | None = None,
                   labels: tuple[str, str] = ("Triton", "PyTorch"), rounds: int = 3,
-                  input_sets: int = INPUT_SETS) -> dict[str, list[float]]:
-    """GB/s of ``fn`` and ``reference`` at each of ``sizes``: ``{labels[0]: [...], labels[1]: [...]}``.
+                  input_sets: int = INPUT_SETS, flops: Callable[[int], int] | None = None,
+                  atol: float | None = None, rtol: float | None = None) -> dict[str, list[float]]:
+    """GB/s (or TFLOP/s) of ``fn`` and ``reference`` at each of ``sizes``: ``{labels[0]: [...], labels[1]: [...]}``.
 
     ``make_inputs(n)`` returns the argument tuple for size ``n`` (on the GPU);
     ``bytes_moved(n)`` the bytes a call must read and write at that size (for x + y in
-    float32: 3 * 4 * n). Raises RuntimeError without a GPU: the interpreter's speed says
+    float32: 3 * 4 * n), or ``flops(n)`` the floating-point operations it must do (2·n³ for
+    an n×n×n matmul) for TFLOP/s; ``atol``/``rtol`` loosen the one correctness check (for
+    float16 matmuls). Raises RuntimeError without a GPU: the interpreter's speed says
     nothing about a GPU's, so there is nothing honest to return.
     """
+    if (bytes_moved is None) == (flops is None):
+        raise ValueError("measure_sweep takes exactly one of bytes_moved= and flops=")
     if not torch.cuda.is_available() or current().interpreted:
         raise RuntimeError("measure_sweep times kernels on a GPU, and kernels here run in "
                            "Triton's interpreter on the CPU, whose speed says nothing about "
@@ -35,10 +40,14 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
     ours, theirs = [], []
     for n in sizes:
         sets = [make_inputs(n) for _ in range(input_sets)]
-        torch.testing.assert_close(fn(*sets[0]), reference(*sets[0]),
+        torch.testing.assert_close(fn(*sets[0]), reference(*sets[0]), atol=atol, rtol=rtol,
                                    msg=lambda m: f"at size {n}, {labels[0]} disagrees with {labels[1]}: {m}")
         result = timing.compare(fn, reference, sets, rounds=rounds)
-        ours.append(timing.gbps(bytes_moved(n), result.candidate_ms))
-        theirs.append(timing.gbps(bytes_moved(n), result.baseline_ms))
+        if flops is None:
+            ours.append(timing.gbps(bytes_moved(n), result.candidate_ms))
+            theirs.append(timing.gbps(bytes_moved(n), result.baseline_ms))
+        else:
+            ours.append(timing.tflops(flops(n), result.candidate_ms))
+            theirs.append(timing.tflops(flops(n), result.baseline_ms))
         del sets
     return {labels[0]: ours, labels[1]: theirs}
