@@ -3,7 +3,8 @@
 Cells carry ``metadata.course.role``:
 
 - ``colab-badge`` / ``colab-install``: from ``[tool.triton-course] repository`` in pyproject.toml;
-- ``solution``: the section of a ``solutions/`` module named by ``from`` and ``section``;
+- ``solution``: the section of a ``solutions/`` module named by ``from`` and ``section`` (a
+  name, or a list of names joined in that order: a helper shared by two kernels);
 - ``kernel``: the same without nbgrader's solution markers, for a lesson's live kernel;
 - ``rubric``: the exercise's points and threshold, from :mod:`autograder.exercises`;
 - ``test``: the nbgrader test cell of one graded ``part``, with its points.
@@ -66,6 +67,12 @@ def solution_section(module: str, section: str) -> str:
     raise KeyError(f"{module} has no '{SECTION_MARK}{section} ---' line")
 
 
+def cell_code(module: str, section: str | list[str]) -> str:
+    """The code of a solution or kernel cell: one section, or several one after another."""
+    names = [section] if isinstance(section, str) else section
+    return "\n\n\n".join(solution_section(module, name) for name in names)
+
+
 def without_markers(code: str) -> str:
     return "\n".join(line for line in code.splitlines()
                      if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
@@ -102,9 +109,9 @@ def expected_source(cell, path: Path) -> str | None:
     if role == "colab-install":
         return colab_install()
     if role == "solution":
-        return solution_section(meta["from"], meta["section"])
+        return cell_code(meta["from"], meta["section"])
     if role == "kernel":
-        return without_markers(solution_section(meta["from"], meta["section"]))
+        return without_markers(cell_code(meta["from"], meta["section"]))
     if role == "rubric":
         return rubric(meta["exercise"])
     if role == "test":

@@ -15,7 +15,6 @@ from nbgrader.api import Gradebook
 from autograder import exercises
 from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
 from autograder.grade_class import grade_class, table
-from autograder.notebook_sync import solution_section
 from conftest import DEVICE, ROOT, venv_env
 
 pytestmark = pytest.mark.slow
@@ -63,8 +62,10 @@ def answer(notebook: Path, assignment: str, solution: str | None) -> None:
 
 
 def reference(assignment: str) -> str:
-    ex = exercises.get(assignment)
-    return solution_section(f"{ex.solution.replace('.', '/')}.py", ex.function)
+    """The instructor's answer: the solution cell of the source notebook."""
+    nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    cell, = [c for c in nb.cells if c.metadata.get("course", {}).get("role") == "solution"]
+    return cell.source
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""The reference online softmax against torch in float64, and lesson 5's combine exercise:
-its solution passes, plausible wrong versions fail."""
+"""The online softmaxes against torch in float64 (lesson 5's one program per row, Problem set
+3's rows split over programs), and lesson 5's combine exercise: its solution passes,
+plausible wrong versions fail."""
 import warnings
 
 import pytest
@@ -9,7 +10,8 @@ import triton.language as tl
 
 from autograder import check
 from autograder.lesson_exercises.l05_online_softmax import EXERCISE
-from solutions.online_softmax import combine, softmax_online
+import solutions.online_softmax as online
+from solutions.online_softmax import combine, softmax_online, softmax_online_row
 
 from conftest import DEVICE
 
@@ -59,13 +61,13 @@ def awkward_rows(dtype, n_cols=1000) -> torch.Tensor:
 def test_random_rows(shape, block_size, dtype, atol, rtol):
     torch.manual_seed(0)
     x = torch.randn(shape, dtype=dtype, device=DEV)
-    assert_matches(softmax_online(x, block_size=block_size), x, atol, rtol)
+    assert_matches(softmax_online_row(x, block_size=block_size), x, atol, rtol)
 
 
 @pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
 def test_awkward_rows_over_many_tiles(dtype, atol, rtol):
     x = awkward_rows(dtype)
-    out = softmax_online(x, block_size=64)
+    out = softmax_online_row(x, block_size=64)
     assert_matches(out, x, atol, rtol)
     assert torch.all(out[2, :300] == 0) and torch.all(out[2, 500::7] == 0)
 
@@ -75,7 +77,7 @@ def test_a_row_of_only_minus_infinity_is_nan_like_torch():
     x[1, 50] = 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the interpreter's NumPy: -inf - -inf
-        out = softmax_online(x, block_size=16)
+        out = softmax_online_row(x, block_size=16)
     torch.testing.assert_close(out, torch.softmax(x, dim=-1), equal_nan=True)
     assert out[0].isnan().all()
 
@@ -87,13 +89,27 @@ def test_row_strided_slice_reads_only_its_columns(dtype, atol, rtol):
     wide[:, 257:] = 1e4  # would take the whole row if the kernel read past column 256
     x = wide[:, :257]
     assert x.stride() == (300, 1)
-    assert_matches(softmax_online(x, block_size=64), x, atol, rtol)
+    assert_matches(softmax_online_row(x, block_size=64), x, atol, rtol)
 
 
 def test_column_strided_input_is_accepted():
     torch.manual_seed(0)
     x = torch.randn(4, 600, device=DEV)[:, ::2]
-    assert_matches(softmax_online(x, block_size=64), x, *TOLERANCES[0][1:])
+    assert_matches(softmax_online_row(x, block_size=64), x, *TOLERANCES[0][1:])
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", TOLERANCES)
+def test_split_rows_merge_every_chunk(dtype, atol, rtol, monkeypatch):
+    grids = []
+    real = online.normalize_chunk_kernel
+    monkeypatch.setattr(online, "normalize_chunk_kernel", type("Spy", (), {
+        "__getitem__": lambda self, grid: grids.append(grid) or real[grid]})())
+    x = awkward_rows(dtype, n_cols=20_000)
+    x[0, :16_384] = float("-inf")  # row 0: its first chunk empty, its max in the last one
+    out = softmax_online(x)
+    assert len(grids) == 1 and grids[0][1] > 1, f"rows were not split: grid {grids}"
+    assert_matches(out, x, atol, rtol)
+    assert torch.all(out[0, :16_384] == 0)
 
 
 # A plausible wrong online softmax: it keeps the running max but never rescales s.
@@ -128,6 +144,7 @@ def test_rows_of_a_million_columns(dtype, atol, rtol):
     x = torch.randn(64, 2**20, dtype=dtype, device="cuda")
     x[0, -1] = 20.0  # the max in the very last tile
     assert_matches(softmax_online(x), x, atol, rtol)
+    assert_matches(softmax_online_row(x), x, atol, rtol)
 
 
 # --- lesson5_combine ------------------------------------------------------------------------
