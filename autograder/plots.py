@@ -1,5 +1,6 @@
-"""Figures the lessons and the benchmark share: throughput against the copy bandwidth, and
-how a launch cuts a vector into programs.
+"""Figures the lessons and the benchmark share: throughput against the device's ceiling (the
+measured copy bandwidth, or the measured matmul rate), and how a launch cuts a vector into
+programs.
 
 Every function returns its Figure already closed in pyplot: a notebook cell that ends with
 the call shows it exactly once (an open figure would be shown a second time when the cell
@@ -18,10 +19,9 @@ CEILING_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1}
 MASKED_COLOUR = "lightgrey"
 
 
-def _ceiling(ax, ceiling_gbps: float | None) -> None:
-    if ceiling_gbps is not None:
-        ax.axhline(ceiling_gbps, label=f"copy bandwidth (measured): {ceiling_gbps:,.0f} GB/s",
-                   **CEILING_STYLE)
+def _ceiling(ax, value: float | None, name: str = "copy bandwidth", unit: str = "GB/s") -> None:
+    if value is not None:
+        ax.axhline(value, label=f"{name} (measured): {value:,.0f} {unit}", **CEILING_STYLE)
 
 
 def _done(fig: Figure) -> Figure:
@@ -32,25 +32,36 @@ def _done(fig: Figure) -> Figure:
 
 def throughput_vs_size(sizes: Sequence[int], series: Mapping[str, Sequence[float]],
                        ceiling_gbps: float | None = None, title: str = "Throughput against size",
-                       x_unit: str = "elements") -> Figure:
-    """One line per entry of ``series`` (name -> GB/s at each of ``sizes``), log2 x-axis.
+                       x_unit: str = "elements", *, unit: str = "GB/s", ceiling: float | None = None,
+                       ceiling_name: str = "copy bandwidth") -> Figure:
+    """One line per entry of ``series`` (name -> ``unit`` at each of ``sizes``), log2 x-axis.
 
     ``ceiling_gbps``: the device's measured copy bandwidth, drawn as a dashed line with its
-    value in the legend. ``x_unit`` names what ``sizes`` count ("elements" or "bytes").
+    value in the legend. For any other ceiling give ``ceiling`` in ``unit`` and its
+    ``ceiling_name`` (a TFLOP/s sweep: ``unit="TFLOP/s", ceiling=<measured torch.matmul
+    rate>, ceiling_name="torch.matmul float16"``). ``x_unit`` names what ``sizes`` count
+    ("elements", "bytes", "columns of 4096 rows").
     """
+    if ceiling_gbps is not None:
+        if ceiling is not None or unit != "GB/s":
+            raise ValueError("ceiling_gbps= is the copy bandwidth of a GB/s plot; "
+                             "give ceiling= (in unit=) otherwise, not both")
+        ceiling = ceiling_gbps
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, values in series.items():
         if len(values) != len(sizes):
             raise ValueError(f"series {name!r} has {len(values)} values for {len(sizes)} sizes")
         ax.plot(sizes, values, marker="o", label=name)
-    _ceiling(ax, ceiling_gbps)
+    _ceiling(ax, ceiling, ceiling_name, unit)
     ax.set_xscale("log", base=2)
     ax.set_xlabel(f"size ({x_unit}, log2 scale)")
-    ax.set_ylabel("GB/s")
-    ax.set_ylim(bottom=0)
+    ax.set_ylabel(unit)
+    # The top quarter kept clear for the legend: a TFLOP/s curve can start near its peak.
+    highest = max([*(v for values in series.values() for v in values), ceiling or 0.0])
+    ax.set_ylim(0, 1.35 * highest if highest > 0 else None)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left")  # throughput rises with size: the top left stays empty
+    ax.legend(loc="upper left")
     return _done(fig)
 
 
@@ -99,4 +110,38 @@ def program_blocks(offsets, mask, title: str | None = None) -> Figure:
     n = int(mask.sum())
     ax.set_title(title or f"{n} elements, BLOCK_SIZE={block}: {programs} programs, "
                           f"{mask.size - n} lanes masked")
+    return _done(fig)
+
+
+def roofline(peak_tflops: float, bandwidth_gbps: float, points: Mapping[str, tuple[float, float | None]],
+             title: str = "Roofline", peak_label: str = "matmul rate (measured)",
+             bandwidth_label: str = "copy bandwidth (measured)") -> Figure:
+    """Attainable TFLOP/s against arithmetic intensity (FLOPs per byte moved), log-log.
+
+    The roof is ``min(peak_tflops, intensity · bandwidth)``: sloped where bytes set the rate,
+    flat where arithmetic does, the two meeting at the ridge point ``peak / bandwidth``.
+    ``points`` maps a name to ``(FLOPs per byte, TFLOP/s)``; a rate of None draws only a
+    dotted vertical line at that intensity (where a kernel would sit, nothing measured).
+    """
+    ridge = peak_tflops * 1e3 / bandwidth_gbps  # TFLOP/s over GB/s, in FLOPs per byte
+    spots = [x for x, _ in points.values()] + [ridge]
+    x = np.logspace(np.log10(min(spots) / 4), np.log10(max(spots) * 4), 200)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(x, np.minimum(peak_tflops, x * bandwidth_gbps / 1e3), color="black", linewidth=2,
+            label=f"roof: {bandwidth_label} {bandwidth_gbps:,.0f} GB/s, {peak_label} {peak_tflops:,.0f} TFLOP/s")
+    ax.axvline(ridge, color="grey", linestyle="--", linewidth=1, label=f"ridge point: {ridge:,.0f} FLOPs/byte")
+    colours = plt.get_cmap("tab10")
+    for i, (name, (intensity, rate)) in enumerate(points.items()):
+        if rate is None:
+            ax.axvline(intensity, color=colours(i % 10), linestyle=":", label=f"{name}: {intensity:,.1f} FLOPs/byte")
+        else:
+            ax.plot([intensity], [rate], marker="o", linestyle="none", color=colours(i % 10),
+                    label=f"{name}: {rate:,.0f} TFLOP/s at {intensity:,.0f} FLOPs/byte")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved, log scale)")
+    ax.set_ylabel("TFLOP/s (log scale)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
     return _done(fig)

@@ -21,15 +21,17 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
                   sizes: Sequence[int], bytes_moved: Callable[[int], int] | None = None,
                   labels: tuple[str, str] = ("Triton", "PyTorch"), rounds: int = 3,
                   input_sets: int = INPUT_SETS, flops: Callable[[int], int] | None = None,
-                  atol: float | None = None, rtol: float | None = None) -> dict[str, list[float]]:
+                  atol: float | None = None, rtol: float | None = None,
+                  progress: Callable[[int, float, float], None] | None = None) -> dict[str, list[float]]:
     """GB/s (or TFLOP/s) of ``fn`` and ``reference`` at each of ``sizes``: ``{labels[0]: [...], labels[1]: [...]}``.
 
     ``make_inputs(n)`` returns the argument tuple for size ``n`` (on the GPU);
     ``bytes_moved(n)`` the bytes a call must read and write at that size (for x + y in
     float32: 3 * 4 * n), or ``flops(n)`` the floating-point operations it must do (2·n³ for
     an n×n×n matmul) for TFLOP/s; ``atol``/``rtol`` loosen the one correctness check (for
-    float16 matmuls). Raises RuntimeError without a GPU: the interpreter's speed says
-    nothing about a GPU's, so there is nothing honest to return.
+    float16 matmuls). ``progress(n, ours, theirs)``, if given, is called as each size is done
+    (a long sweep can report as it goes). Raises RuntimeError without a GPU: the
+    interpreter's speed says nothing about a GPU's, so there is nothing honest to return.
     """
     if (bytes_moved is None) == (flops is None):
         raise ValueError("measure_sweep takes exactly one of bytes_moved= and flops=")
@@ -49,5 +51,7 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
         else:
             ours.append(timing.tflops(flops(n), result.candidate_ms))
             theirs.append(timing.tflops(flops(n), result.baseline_ms))
-        del sets
+        del sets  # before the next size's inputs: 16384×16384 float32 is 1 GiB a set
+        if progress is not None:
+            progress(n, ours[-1], theirs[-1])
     return {labels[0]: ours, labels[1]: theirs}
