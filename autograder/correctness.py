@@ -37,7 +37,7 @@ def run_cases(exercise: Exercise, fn, cases: tuple[Case, ...], seed: int, device
 
 def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
     inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), device)
-    given = tuple(_clone_keeping_strides(t) for t in inputs)
+    given = tuple(_clone_keeping_strides(t) if isinstance(t, torch.Tensor) else t for t in inputs)
     if (problem := signature_problem(exercise, fn, given)) is not None:
         return CaseResult(case.label, False, problem)
     _poison_free_memory(inputs)
@@ -49,11 +49,12 @@ def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
         return CaseResult(case.label, False, explain_exception(exercise, error))
+    expected = _reference(exercise, inputs)
     problem = (_integrity_problem(exercise, record)
                or _changed_inputs(inputs, given)
-               or _output_problem(exercise, out, inputs[0], case)
+               or _output_problem(exercise, out, inputs[0], case, tuple(expected.shape))
                or _aliasing_problem(out, given, earlier)
-               or compare(out, _reference(exercise, inputs), *exercise.tolerances[case.dtype]))
+               or compare(out, expected, *exercise.tolerances[case.dtype]))
     earlier.append(out)
     return CaseResult(case.label, problem is None, problem or "")
 
@@ -66,10 +67,17 @@ def _poison_free_memory(like) -> None:
     # Several of each: the wrapper's own allocations (a .contiguous() copy, the interpreter's
     # host copies) may take the first; malloc hands freed chunks back last in, first out.
     # One copy let a stale right answer through in 2 of 3 full runs here; four, in none of 3.
-    blocks = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in like for _ in range(POISON_COPIES)]
+    blocks = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in _tensors(like)
+              for _ in range(POISON_COPIES)]
     for block in blocks:
         block.fill_(float("nan") if block.is_floating_point() else -1)
     del blocks
+
+
+def _tensors(args) -> list[torch.Tensor]:
+    """The tensors among a call's arguments; the others (a flag such as ``causal=True``) are
+    passed to the function and the reference as they are."""
+    return [a for a in args if isinstance(a, torch.Tensor)]
 
 
 def _clone_keeping_strides(t: torch.Tensor) -> torch.Tensor:
@@ -81,7 +89,8 @@ def _clone_keeping_strides(t: torch.Tensor) -> torch.Tensor:
 
 
 def _reference(exercise: Exercise, inputs) -> torch.Tensor:
-    return exercise.reference(*(t.double() if t.is_floating_point() else t for t in inputs))
+    return exercise.reference(*(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                                for t in inputs))
 
 
 def _integrity_problem(exercise: Exercise, record) -> str | None:
@@ -96,17 +105,16 @@ def _integrity_problem(exercise: Exercise, record) -> str | None:
 
 def _changed_inputs(originals, given) -> str | None:
     for i, (a, b) in enumerate(zip(originals, given)):
-        if not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
+        if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
             return f"input {i} was changed by the call: write results to a new tensor, not into the inputs."
     return None
 
 
-def _output_problem(exercise: Exercise, out, first_input, case: Case) -> str | None:
+def _output_problem(exercise: Exercise, out, first_input, case: Case, expected_shape: tuple) -> str | None:
     if type(out) is not torch.Tensor:  # subclasses could override comparisons
         return f"`{exercise.function}` returned {type(out).__name__}, expected a torch.Tensor."
-    expected_shape = tuple(case.shape)
     if tuple(out.shape) != expected_shape:
-        return f"output shape is {tuple(out.shape)}, expected {expected_shape} (the inputs' shape)."
+        return f"output shape is {tuple(out.shape)}, expected {expected_shape} (the shape of PyTorch's result)."
     if out.dtype != case.dtype:
         return f"output dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
     if out.device != first_input.device:
@@ -116,7 +124,7 @@ def _output_problem(exercise: Exercise, out, first_input, case: Case) -> str | N
 
 def _aliasing_problem(out, given, earlier) -> str | None:
     storage = out.untyped_storage().data_ptr()
-    if any(storage == t.untyped_storage().data_ptr() for t in given):
+    if any(storage == t.untyped_storage().data_ptr() for t in _tensors(given)):
         return "the output shares memory with an input: allocate a new tensor for the result."
     if any(storage == t.untyped_storage().data_ptr() for t in earlier):
         return ("the output is the same buffer an earlier call returned: allocate a new tensor "

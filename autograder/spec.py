@@ -29,7 +29,8 @@ class Case:
     """One input configuration."""
 
     shape: tuple[int, ...]
-    """Shape of each input tensor."""
+    """Shape of each input tensor, unless the exercise's ``make_inputs`` says otherwise (a
+    matmul's case is ``(M, N, K)``)."""
     dtype: torch.dtype = torch.float32
     """Element type of the inputs (and of the expected output)."""
     strided: bool = False
@@ -87,8 +88,9 @@ class Exercise:
     """Its signature as shown to students."""
     reference: Callable[..., torch.Tensor]
     """The PyTorch reference; called on float64 copies for correctness, natively for timing."""
-    make_inputs: Callable[[Case, torch.Generator, str], tuple[torch.Tensor, ...]]
-    """Builds fresh random inputs for a case on a device from a seeded CPU generator."""
+    make_inputs: Callable[[Case, torch.Generator, str], tuple]
+    """Builds fresh random inputs for a case on a device from a seeded CPU generator: tensors,
+    and any plain values the call takes after them (attention's ``causal``), passed as they are."""
     solution: str
     """Module of the reference solution in ``solutions/``."""
     visible_cases: dict[str, tuple[Case, ...]]

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# On the GPU machine (device tool): GPU tests, every notebook, the benchmark; results to $OUT.
+# On the GPU machine (device tool), results to $OUT. One stage per call, since each call may
+# run for 10 minutes at most:
+#   bash scripts/gpu_run.sh bench [--only NAME,...]   the benchmark (autograder.bench)
+#   bash scripts/gpu_run.sh tests [PYTEST ARGS]       the GPU tests and notebooks (default: all)
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
+stage=${1:?"usage: gpu_run.sh bench|tests [args]"}; shift
 out=${OUT:-results/gpu}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -11,8 +15,14 @@ if compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv > "$out/nvidia-smi.csv"
-python3 -m autograder.bench --out "$out" 2>&1 | tee "$out/bench.log"
-# Everything but what needs nbgrader, a browser or a CPU-only install.
-python3 -m pytest tests -q -p no:cacheprovider -p no:warnings --ignore=tests/test_nbgrader_pipeline.py \
-  --ignore=tests/test_browser.py --ignore=tests/test_colab_like.py --ignore=tests/test_environment.py \
-  --ignore=tests/test_triton_floor.py 2>&1 | tee "$out/pytest.log"
+case $stage in
+  bench) python3 -m autograder.bench --out "$out" "$@" 2>&1 | tee "$out/bench.log" ;;
+  # Everything but what needs nbgrader, a browser or a CPU-only install; -v names each test
+  # as it ends, so a run cut short still says which passed.
+  tests) python3 -m pytest -v -rfE --tb=short -p no:cacheprovider -p no:warnings \
+           --ignore=tests/test_nbgrader_pipeline.py --ignore=tests/test_browser.py \
+           --ignore=tests/test_colab_like.py --ignore=tests/test_environment.py \
+           --ignore=tests/test_triton_floor.py --ignore=tests/test_class_robustness.py \
+           "${@:-tests}" 2>&1 | tee "$out/pytest.log" | grep -v " PASSED" ;;
+  *) echo "unknown stage $stage: use bench or tests" >&2; exit 2 ;;
+esac

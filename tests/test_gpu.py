@@ -56,3 +56,19 @@ def test_a_slow_submission_fails_the_threshold():
     result = check(VECTOR_ADD, add_four_times, verbose=False)
     assert result.correct and result.throughput.status == "failed"
     assert result.throughput.ratio < 0.4, result.throughput.message
+
+
+def test_an_implausible_speed_up_is_flagged():
+    from autograder import throughput
+
+    answers = {}
+
+    def add_memoised(a, b):  # right outputs, but the timed calls only look them up
+        key = (a.data_ptr(), b.data_ptr())
+        if key not in answers:
+            answers[key] = add(a, b)
+        return answers[key]
+
+    result = throughput.measure(VECTOR_ADD, add_memoised, seed=0)
+    assert result.status == "failed" and "the timing was fooled" in result.message, result.message
+    assert result.peak_fraction > throughput.SUSPICIOUS_PEAK_FRACTION

@@ -1,0 +1,182 @@
+"""Reference FlashAttention forward: softmax(Q·Kᵀ·scale)·V without the scores leaving the chip.
+
+``naive_attention`` is the unfused PyTorch version: it writes the (seq × seq) score matrix of
+every head to memory and reads it back. ``attention``, the reference of Problem set 5 and the
+kernel of lesson 8, never stores it: one program owns a block of ``BLOCK_M`` queries of one
+(batch, head) and loops over blocks of ``BLOCK_N`` keys, keeping lesson 5's online softmax for
+every query row (a running max ``m``, a running sum ``l`` of exp(s - m)) and an output
+accumulator rescaled by exp(m_old - m_new) whenever the max grows. Causal attention stops the
+loop at the diagonal. ``attention_step`` is lesson 8's exercise: one such update on its own.
+"""
+import torch
+import triton
+import triton.language as tl
+
+# --- notebook cell: naive_attention ---
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+    """softmax(q·kᵀ / sqrt(head_dim))·v in four PyTorch operations, each its own kernel.
+
+    For (batch, heads, seq, head_dim) inputs, B·H·seq² scores pass through memory four
+    times: the matmul writes them, the scaling reads and writes them, the softmax reads them
+    and writes the probabilities, and the second matmul reads those (causal: the mask adds
+    another read and write).
+    """
+    scores = q @ k.transpose(-2, -1)
+    scores = scores * q.shape[-1] ** -0.5
+    if causal:
+        seq = q.shape[-2]
+        future = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+# --- notebook cell: attention ---
+LOG2_E = 1.4426950408889634  # exp(x) = exp2(x·log2 e), and exp2 is the GPU's native instruction
+
+
+@triton.jit
+def fold_key_blocks(acc, m, l, q, k_head, v_head, rows, start, stop, seq_len, qk_scale,
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
+                    CAUSAL: tl.constexpr):
+    """Fold keys [start, stop) into one query block's state: the output accumulator ``acc``
+    (BLOCK_M × HEAD_DIM), the running max ``m`` and sum ``l`` (one per query row), all float32
+    and in base 2. Only MASKED blocks may hold keys past seq_len or (CAUSAL) after a query."""
+    ### BEGIN SOLUTION
+    dims = tl.arange(0, HEAD_DIM)
+    for block in range(start, stop, BLOCK_N):
+        keys = block + tl.arange(0, BLOCK_N)
+        offsets = keys[:, None] * HEAD_DIM + dims[None, :]
+        if MASKED:
+            k = tl.load(k_head + offsets, mask=keys[:, None] < seq_len, other=0.0)
+        else:
+            k = tl.load(k_head + offsets)  # no predicate: these blocks are whole
+        # Scores in float32 (tl.dot accumulates in it); qk_scale = sm_scale·log2(e).
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        if MASKED:
+            visible = keys[None, :] < seq_len
+            if CAUSAL:
+                visible = visible & (keys[None, :] <= rows[:, None])
+            s = tl.where(visible, s, float("-inf"))
+        # Lesson 5's update, once per query row. Key 0 is in the first block every row
+        # folds, so m is finite from then on: no -inf guard is needed.
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        rescale = tl.exp2(m - m_new)  # 0 on the first block, where m = -inf
+        p = tl.exp2(s - m_new[:, None])
+        l = l * rescale + tl.sum(p, axis=1)
+        if MASKED:
+            v = tl.load(v_head + offsets, mask=keys[:, None] < seq_len, other=0.0)
+        else:
+            v = tl.load(v_head + offsets)
+        # acc holds Σ exp(s - m)·v: the same rescale as l. P goes to the tensor cores in the
+        # inputs' 16-bit type, as FlashAttention does; the sum stays float32.
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+    return acc, m, l
+    ### END SOLUTION
+
+
+# seq_len unspecialised: Triton would otherwise compile apart lengths divisible by 16 and the
+# rest (and 1), doubling what the tuner compiles; every address here is aligned by HEAD_DIM.
+@triton.jit(do_not_specialize=["seq_len"])
+def attention_kernel(out_ptr, q_ptr, k_ptr, v_ptr, seq_len, qk_scale, HEAD_DIM: tl.constexpr,
+                     CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Program (query block, batch·head): BLOCK_M rows of the output of one head."""
+    ### BEGIN SOLUTION
+    # Causal query blocks differ in work (block i folds i + 1 key blocks): counting them down
+    # starts the longest first, so the GPU ends on short programs.
+    q_block = tl.num_programs(0) - 1 - tl.program_id(0)
+    # int64: at batch 16, 32 heads, seq 65,536 and head_dim 128, offsets reach 2**32.
+    head = tl.program_id(1).to(tl.int64) * seq_len * HEAD_DIM
+    rows = q_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offsets = rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    q = tl.load(q_ptr + head + offsets, mask=rows[:, None] < seq_len, other=0.0)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l = tl.zeros((BLOCK_M,), tl.float32)
+    # Keys below `split` need no mask: they exist, and (causal) come before every query of
+    # the block. From `split` to `stop` masks apply. Causal blocks stop after the block's
+    # last query: the key blocks past the diagonal are never loaded.
+    if CAUSAL:
+        split = (q_block * BLOCK_M) // BLOCK_N * BLOCK_N
+        stop = tl.minimum((q_block + 1) * BLOCK_M, seq_len)
+    else:
+        split = seq_len // BLOCK_N * BLOCK_N
+        stop = seq_len
+    acc, m, l = fold_key_blocks(acc, m, l, q, k_ptr + head, v_ptr + head, rows, 0, split, seq_len,
+                                qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL)
+    acc, m, l = fold_key_blocks(acc, m, l, q, k_ptr + head, v_ptr + head, rows, split, stop, seq_len,
+                                qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+    out = acc / l[:, None]
+    tl.store(out_ptr + head + offsets, out.to(out_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
+    ### END SOLUTION
+
+
+# On a GPU the launch picks the fastest of these per (seq_len, head_dim, causal), timing each
+# on the first call. Larger blocks reuse each loaded K/V block for more queries, but 128 × 128
+# at head_dim 128 with several stages may want more than an SM's 228 KB of shared memory: the
+# tuner skips a configuration that does not fit.
+GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+               for bm, bn, warps, stages in [(64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4),
+                                             (128, 128, 8, 2), (128, 128, 8, 3)]]
+attention_tuned = triton.autotune(GPU_CONFIGS, key=["seq_len", "HEAD_DIM", "CAUSAL"])(attention_kernel)
+INTERPRETER_BLOCK = 16
+"""The interpreter's one configuration: timing configurations there would time NumPy, and
+small blocks put several blocks, and so several rescales, into short test sequences."""
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              sm_scale: float | None = None) -> torch.Tensor:
+    """softmax(q·kᵀ·sm_scale)·v for (batch, heads, seq, head_dim) tensors, sm_scale defaulting
+    to 1/sqrt(head_dim); causal: query i attends to keys 0..i only."""
+    ### BEGIN SOLUTION
+    assert q.ndim == 4 and q.shape == k.shape == v.shape, \
+        f"q, k, v must share one (batch, heads, seq, head_dim) shape, got {q.shape}, {k.shape}, {v.shape}"
+    assert q.dtype == k.dtype == v.dtype, f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    batch, heads, seq_len, head_dim = q.shape
+    assert head_dim in (16, 32, 64, 128), f"head_dim must be 16, 32, 64 or 128, got {head_dim}"
+    q, k, v = (t.contiguous() for t in (q, k, v))  # each head one (seq, head_dim) block, rows adjacent
+    out = torch.empty_like(q)
+    scale = head_dim ** -0.5 if sm_scale is None else sm_scale
+    args = (out, q, k, v, seq_len, scale * LOG2_E)
+    if q.is_cuda:
+        grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)
+        attention_tuned[grid](*args, HEAD_DIM=head_dim, CAUSAL=bool(causal))
+    else:
+        grid = (triton.cdiv(seq_len, INTERPRETER_BLOCK), batch * heads)
+        attention_kernel[grid](*args, HEAD_DIM=head_dim, CAUSAL=bool(causal),
+                               BLOCK_M=INTERPRETER_BLOCK, BLOCK_N=INTERPRETER_BLOCK)
+    return out
+    ### END SOLUTION
+
+
+# --- notebook cell: attention_step ---
+@triton.jit
+def attention_step_kernel(out_ptr, m_ptr, acc_ptr, s_ptr, v_ptr, n_rows, HEAD_DIM: tl.constexpr,
+                          KEYS: tl.constexpr, BLOCK_M: tl.constexpr):
+    ### BEGIN SOLUTION
+    rows = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    valid = rows < n_rows
+    keys, dims = tl.arange(0, KEYS), tl.arange(0, HEAD_DIM)
+    m = tl.load(m_ptr + rows, mask=valid, other=0.0)
+    s = tl.load(s_ptr + rows[:, None] * KEYS + keys[None, :], mask=valid[:, None], other=0.0)
+    acc = tl.load(acc_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0)
+    v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :])
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    # The old terms were exp(s_old - m); exp(m - m_new) turns them into exp(s_old - m_new).
+    # An empty state (m = -inf, acc = 0) gets the factor exp(-inf) = 0: nothing to keep.
+    p = tl.exp(s - m_new[:, None])
+    acc = acc * tl.exp(m - m_new)[:, None] + tl.dot(p.to(v.dtype), v)
+    tl.store(out_ptr + rows[:, None] * HEAD_DIM + dims[None, :], acc, mask=valid[:, None])
+    ### END SOLUTION
+
+
+def attention_step(m: torch.Tensor, acc: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The accumulator after folding one block of keys: acc·exp(m - m_new) + exp(s - m_new)·v,
+    with m_new = max(m, the row max of s)."""
+    ### BEGIN SOLUTION
+    n_rows, head_dim = acc.shape
+    out = torch.empty_like(acc)
+    attention_step_kernel[(triton.cdiv(n_rows, 16),)](out, m, acc, s, v, n_rows, HEAD_DIM=head_dim,
+                                                     KEYS=s.shape[1], BLOCK_M=16)
+    return out
+    ### END SOLUTION
