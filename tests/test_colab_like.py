@@ -59,7 +59,9 @@ RUN_NOTEBOOK = textwrap.dedent('''
     colab_cell = next(c for c in nb.cells if c.cell_type == "code" and "google.colab" in c.source)
     print(json.dumps({
         "seconds": round(time.monotonic() - start, 1),
-        "kernel": nb.cells[-1].outputs[0]["text"].splitlines(),
+        # the last two lines: output a kernel print flushed late can land in this cell first
+        "kernel": "".join(o.get("text", "") for o in nb.cells[-1].outputs
+                          if o.get("name") == "stdout").splitlines()[-2:],
         "colab_cell_outputs": colab_cell.outputs,
         "installs_changed": installed() != before,
     }))
