@@ -12,6 +12,7 @@ c.Exchange.path_includes_course = True
 
 # A first call JIT-compiles its kernel (seconds on a GPU) and autotuning times every
 # configuration; the interpreter runs one program at a time. 30 s (the default) is too short.
+# Above autograder.isolation's 540 s per graded test, so a hang is reported by the test.
 c.Execute.timeout = 600
 c.Execute.interrupt_on_timeout = True
 
@@ -19,6 +20,28 @@ c.Execute.interrupt_on_timeout = True
 # output 0. Failures surface as errors, never as stderr, so drop stderr before grading.
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"[\s\S]*"
+
+# Autograde runs the instructor's cells only, each rebuilt from the gradebook: a deleted,
+# duplicated, edited or retyped locked cell is graded as released, and nothing the student
+# wrote runs in the tests' kernel. Each graded cell runs the answer cells in a clean process.
+# (autograder/autograde.py; these are nbgrader 0.9's lists with the two steps swapped in.)
+c.Autograde.sanitize_preprocessors = [
+    "nbgrader.preprocessors.ClearOutput",
+    "autograder.autograde.RestoreLockedCells",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+c.Autograde.autograde_preprocessors = [
+    "autograder.autograde.ExecuteInstructorCells",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
 
 # Feedback shows the verdicts of hidden tests but not their code.
 c.GenerateFeedback.preprocessors = [

@@ -3,7 +3,8 @@
 ``python -m autograder.grade_class ps1_vector_add`` (from the course root, after
 ``nbgrader collect``) runs ``nbgrader autograde`` for each student in ``submitted/`` in a
 process of its own, so a notebook that is broken, hangs or crashes costs only its own
-student; then it prints a table: points, the tests that lost points, and why.
+student; then it prints a table: points, the tests that lost points, and why, and which
+locked cells a student changed (each is graded as released: :mod:`autograder.autograde`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
+
+from .autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
 STUDENT_TIMEOUT_S = 1800
 
@@ -31,6 +34,8 @@ class StudentGrade:
     """Names of the graded cells that lost points."""
     reasons: list[str] = field(default_factory=list)
     """One line per failing cell (or per failure to grade at all)."""
+    notes: list[str] = field(default_factory=list)
+    """One line per locked cell the student changed, and whether the released one was graded."""
 
 
 def unreadable(course: Path, assignment: str, student: str) -> str | None:
@@ -63,7 +68,8 @@ def autograde(course: Path, assignment: str, student: str) -> str | None:
 
 
 def failing_reason(notebook: dict, cell_id: str) -> str:
-    """The first line of the error a graded cell printed, e.g. ``GradingFailure: ...``."""
+    """The first line of the error a graded cell printed, e.g. ``GradingFailure: ...``; for
+    partial credit, the first failed case of the verdict it printed (``❌ label``, then why)."""
     for cell in notebook.get("cells", []):
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") != cell_id:
             continue
@@ -72,8 +78,48 @@ def failing_reason(notebook: dict, cell_id: str) -> str:
                 ename, evalue = output.get("ename"), output.get("evalue", "")
                 text = evalue if ename == "GradingFailure" else f"{ename}: {evalue}"
                 return (text.splitlines() or [ename])[0]
-        return "partial credit (see the cell's output)"
+        printed = "".join(_joined(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        lines = [line.strip() for line in printed.splitlines()]
+        first = next((i for i, line in enumerate(lines) if line.startswith("❌")), None)
+        if first is None or first + 1 == len(lines):
+            return "partial credit (see the cell's output)"
+        return f"partial credit; the first failure, {lines[first][1:].strip()}: {lines[first + 1]}"
     return "cell missing from the submission"
+
+
+def _joined(text) -> str:
+    """A notebook's text field: one string, or the list of lines nbformat may store."""
+    return "".join(text) if isinstance(text, list) else text
+
+
+def graded_as_released(notebook: dict, originals: dict) -> set[str]:
+    """The locked cells that appear exactly once in a graded notebook, with the gradebook's
+    type and text, and (code cells) were run."""
+    ok = set()
+    for name, original in originals.items():
+        copies = [c for c in notebook.get("cells", []) if grade_id(c) == name]
+        if len(copies) == 1 and copies[0]["cell_type"] == original.cell_type \
+                and _joined(copies[0]["source"]) == original.source \
+                and (original.cell_type != "code" or copies[0].get("execution_count") is not None):
+            ok.add(name)
+    return ok
+
+
+def locked_cell_notes(course: Path, assignment: str, student: str) -> list[str]:
+    """What the student did to locked cells, checked against what nbgrader then graded."""
+    notes = []
+    for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
+        changes = locked_cell_changes(nbformat.read(path, as_version=4).cells,
+                                      released_cells(course, assignment, path.stem))
+        if not changes:
+            continue
+        graded = course / "autograded" / student / assignment / path.name
+        ok = graded_as_released(json.loads(graded.read_text()) if graded.exists() else {},
+                                gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, path.stem))
+        notes += [f"locked cell {name} {change}: "
+                  + ("graded as released" if name in ok else "NOT graded as released, check it by hand")
+                  for name, change in changes.items()]
+    return notes
 
 
 def collect_grade(course: Path, assignment: str, student: str, problem: str | None) -> StudentGrade:
@@ -89,6 +135,7 @@ def collect_grade(course: Path, assignment: str, student: str, problem: str | No
         grade.score, grade.max_score = submission.score, submission.max_score
         if problem is not None:
             return grade
+        grade.notes = locked_cell_notes(course, assignment, student)
         for nb in submission.notebooks:
             path = course / "autograded" / student / assignment / f"{nb.name}.ipynb"
             notebook = json.loads(path.read_text()) if path.exists() else {}
@@ -106,8 +153,10 @@ def progress(done: int, total: int, student: str) -> None:
     print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {student:<20}", end=end, flush=True)
 
 
-def grade_class(course: Path, assignment: str) -> list[StudentGrade]:
-    students = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}"))
+def grade_class(course: Path, assignment: str, only: list[str] | None = None) -> list[StudentGrade]:
+    """Autograde every student in ``submitted/`` (or those in ``only``), one process each."""
+    students = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}")
+                      if only is None or p.parent.name in only)
     grades = []
     for i, student in enumerate(students):
         problem = autograde(course, assignment, student)
@@ -120,7 +169,7 @@ def table(assignment: str, grades: list[StudentGrade]) -> str:
     lines = [f"{assignment}: {len(grades)} students", f"{'student':<20} {'points':>11}  failing tests and why"]
     for g in grades:
         points = f"{g.score:g}/{g.max_score:g}" if g.max_score else "0/?"
-        why = "; ".join(g.reasons) if g.reasons else "all passed"
+        why = "; ".join(g.reasons + g.notes if g.reasons else ["all passed"] + g.notes)
         lines.append(f"{g.student:<20} {points:>11}  {why}")
     return "\n".join(lines)
 
@@ -129,8 +178,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("assignment")
     parser.add_argument("--course", type=Path, default=Path.cwd(), help="the course root (default: here)")
+    parser.add_argument("--student", action="append", help="grade only this student (repeatable)")
     args = parser.parse_args(argv)
-    grades = grade_class(args.course.resolve(), args.assignment)
+    grades = grade_class(args.course.resolve(), args.assignment, args.student)
     if not grades:
         print(f"no submissions for {args.assignment} in {args.course / 'submitted'}: run `nbgrader collect` first")
         return 1

@@ -1,13 +1,18 @@
 """Grading in a clean process: only the student's answer cells run there, then the checker.
 
-Under ``nbgrader autograde`` a test cell shares the kernel with everything the student's
-notebook did before it: a cell that redefines ``torch.isclose``, the timer or the checker
-itself would change the verdict. So ``grade`` hands the work to a fresh Python process that
-runs the notebook's ``setup`` cell and its answer cells (nbgrader ``solution`` cells) and
-nothing else, puts back any PyTorch or Triton attribute they replaced, imports the checker
-anew, and sends back the verdict as JSON. A crash or a hang there costs only that test.
+A notebook's own kernel cannot be trusted with a verdict: a cell that redefines
+``torch.isclose``, the timer or the checker itself would change it. So under ``nbgrader
+autograde`` (where the kernel runs only the instructor's cells, see :mod:`autograder.autograde`)
+``grade`` hands the work to a fresh Python process that runs the notebook's ``setup`` cell and
+its answer cells (nbgrader ``solution`` cells) and nothing else, puts back any PyTorch or Triton
+attribute they replaced, imports the checker anew, and sends back the verdict as JSON.
 
-``python -m autograder.isolation NOTEBOOK EXERCISE ...`` is that process's entry point.
+That process starts in an empty scratch folder with a scrubbed environment, caps its own
+memory, cannot import the reference solutions and is killed at a time limit
+(:mod:`autograder.sandbox`). A crash, a hang or exhausted memory costs only that test, and
+the verdict says which it was; whatever the code prints is dropped, past a few kilobytes.
+
+``python -m autograder.isolation ANSWER.py EXERCISE FUNCTION ...`` is that process's entry point.
 """
 from __future__ import annotations
 
@@ -15,16 +20,23 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from . import sandbox
 from .report import CaseResult, CheckResult, from_json, to_json
 
 ISOLATE_VAR = "TRITON_COURSE_ISOLATE"
 """``1`` grades in a clean process outside nbgrader too; nbgrader's autograde always does."""
-PROCESS_TIMEOUT_S = 1200
+TIMEOUT_VAR = "TRITON_COURSE_GRADING_TIMEOUT_S"
+"""Seconds one graded test may take in its clean process (default :data:`PROCESS_TIMEOUT_S`)."""
+PROCESS_TIMEOUT_S = 540
+"""Under nbgrader's 600 s cell limit (``nbgrader_config.py``): a hang is then reported by the
+test that hung instead of being cut off by nbgrader."""
+ANSWER_FILE = "student_answer.py"
+HIDDEN_PACKAGES = ("solutions",)
+"""Not importable by the student's code while it is graded: the reference kernels."""
 
 
 def enabled() -> bool:
@@ -55,39 +67,84 @@ def student_code(notebook: Path) -> str:
 
 
 def check_in_subprocess(exercise: str, function: str, *, cases: str, measure_throughput: bool,
-                        seed: int | None = None, timeout_s: float = PROCESS_TIMEOUT_S) -> CheckResult:
+                        seed: int | None = None, timeout_s: float | None = None) -> CheckResult:
     """Grade the current notebook's answer cells in a fresh process; a crash or hang fails it."""
-    notebook = find_notebook(exercise)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "autograder.isolation", str(notebook), exercise, function,
-               "--cases", cases, "--out", str(out)] + (["--throughput"] if measure_throughput else []) \
+    if timeout_s is None:
+        timeout_s = float(os.environ.get(TIMEOUT_VAR, PROCESS_TIMEOUT_S))
+    code = student_code(find_notebook(exercise))
+    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
+        scratch = Path(tmp)
+        # A real file, not exec() of a string: Triton reads a kernel's source with inspect.
+        (scratch / ANSWER_FILE).write_text(code)
+        cmd = [sys.executable, "-m", "autograder.isolation", ANSWER_FILE, exercise, function,
+               "--cases", cases, "--out", "result.json"] + (["--throughput"] if measure_throughput else []) \
             + ([] if seed is None else ["--seed", str(seed)])
-        # nbgrader's variables stay behind: the student's code should not see it is graded
-        env = {k: v for k, v in os.environ.items() if not k.startswith("NBGRADER") and k != ISOLATE_VAR}
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            return _failed(exercise, f"grading was stopped after {timeout_s:g} s: the code never finished.")
-        if out.exists():
-            return from_json(out.read_text())
-    tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-    return _failed(exercise, f"your code crashed the grading process (exit code {done.returncode}):\n{tail}")
+        # the student's code should not see that it is graded (nbgrader's variables go too)
+        done = sandbox.run(cmd, cwd=scratch, timeout_s=timeout_s, hide=(ISOLATE_VAR,))
+        if (scratch / "result.json").exists():
+            return from_json((scratch / "result.json").read_text())
+    last = "\n".join(line[:300] for line in done.output.strip().splitlines()[-6:])
+    last = f"\nIts last output:\n{last}" if last else ""
+    if done.returncode is None:
+        return _failed(exercise, f"grading was stopped after {timeout_s:g} s: the code never finished.{last}")
+    how = sandbox.describe_exit(done.returncode)
+    if sandbox.ran_out_of_memory(done.output):
+        return _failed(exercise, f"your code {sandbox.memory_note()}, which ended the grading process ({how}).{last}")
+    return _failed(exercise, f"your code crashed the grading process ({how}).{last}")
+
+
+class GradedElsewhere:
+    """What nbgrader's kernel holds for the function under test while it autogrades
+    (:mod:`autograder.autograde`): ``grade`` takes the function from the notebook file instead."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: graded from the notebook's answer cells, in a clean process>"
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"`{self.name}` does not run in nbgrader's kernel: only the graded cells "
+                           "do, and they run the answer cells in a clean process.")
 
 
 def _failed(exercise: str, message: str) -> CheckResult:
     return CheckResult(exercise, seed=-1, cases=[CaseResult("(whole submission)", False, message)])
 
 
+class _HiddenPackages:
+    """An import hook that refuses :data:`HIDDEN_PACKAGES`, wherever they are installed."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] in HIDDEN_PACKAGES:
+            raise ModuleNotFoundError(f"No module named {name!r}: the reference solutions cannot be "
+                                      "imported while your work is graded", name=name)
+        return None
+
+
+def _name_memory_exhaustion(result: CheckResult) -> None:
+    for case in result.cases:
+        if not case.passed and sandbox.ran_out_of_memory(case.message):
+            case.message = f"your code {sandbox.memory_note()}: {case.message}"
+
+
+_KEPT_MODULES = ("autograder.device", "autograder.guards")
+"""Loaded before the student's code and kept: the device choice, and the guards whose
+interpreter bounds check is already installed (a fresh copy would raise a different
+``OutOfBoundsAccess`` class from the one the fresh checker catches)."""
+
+
 def _guarded_namespaces():
     import torch
     import triton.testing
-    return [torch, torch.Tensor, torch.cuda, torch.testing, triton.testing]
+    from . import guards
+    return [torch, torch.Tensor, torch.cuda, torch.testing, triton.testing, guards]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="grade one notebook's answer cells (internal)")
-    parser.add_argument("notebook", type=Path)
+    parser.add_argument("answer", type=Path, help="the setup and answer cells, as a .py file")
     parser.add_argument("exercise")
     parser.add_argument("function")
     parser.add_argument("--cases", default="visible")
@@ -96,25 +153,28 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
+    sandbox.limit_memory()
     from . import device
     device.setup_device(verbose=False)  # before the student's @triton.jit
     saved = [(ns, dict(vars(ns))) for ns in _guarded_namespaces()]
-    # A real file, not exec() of a string: Triton reads a kernel's source with inspect.
-    source = args.out.with_name("student_answer.py")
-    source.write_text(student_code(args.notebook))
-    spec = importlib.util.spec_from_file_location("student_answer", source)
+    spec = importlib.util.spec_from_file_location("student_answer", args.answer.resolve())
     module = importlib.util.module_from_spec(spec)
+    sys.meta_path.insert(0, _HiddenPackages)
     try:
         spec.loader.exec_module(module)
         error = None
     except Exception as exc:  # the answer cell itself fails when run on its own
-        error = f"your answer cells raised {type(exc).__name__} when run on their own: {exc}"
+        # a syntax error's line number counts from the top of setup + answers: show the line
+        detail = f"{exc.msg}: `{exc.text.strip()}`" if isinstance(exc, SyntaxError) and exc.text else exc
+        error = f"your answer cells raised {type(exc).__name__} when run on their own: {detail}"
+        if sandbox.ran_out_of_memory(error):
+            error = f"your code {sandbox.memory_note()}: {error}"
     namespace = vars(module)
-    for ns, attributes in saved:  # undo replaced torch/triton functions
+    for ns, attributes in saved:  # undo replaced torch/triton/guards functions
         for name, value in attributes.items():
             if vars(ns).get(name) is not value:
                 setattr(ns, name, value)
-    for name in [m for m in sys.modules if m.startswith("autograder.") and m != "autograder.device"]:
+    for name in [m for m in sys.modules if m.startswith("autograder.") and m not in _KEPT_MODULES]:
         del sys.modules[name]  # a fresh checker: module-level patches of the old one stay behind
     from autograder.check import check
 
@@ -124,6 +184,7 @@ def main(argv=None) -> int:
     result = (_failed(args.exercise, error) if error else
               check(args.exercise, fn, seed=args.seed, cases=args.cases,
                     measure_throughput=args.throughput, verbose=False))
+    _name_memory_exhaustion(result)
     args.out.write_text(to_json(result))
     return 0
 

@@ -1,0 +1,135 @@
+"""A process for a student's code: a scratch folder to run in, a scrubbed environment, a
+memory cap, a time limit, and a bounded copy of what it prints.
+
+This is what one machine can do without containers. The student's code still runs as the
+grader's user, so any file that user can read is readable by absolute path (the interpreter's
+own path, ``sys.executable``, points into the course's environment), and ``/proc`` shows the
+parent process's working folder. What it removes is every *easy* way in: the working folder,
+the variables nbgrader and Jupyter set, and the ``solutions`` package (blocked in
+:mod:`autograder.isolation`).
+"""
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import resource
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+MEMORY_LIMIT_VAR = "TRITON_COURSE_MEMORY_LIMIT_GB"
+"""Most memory (GiB) one grading process may use; ``0`` for no cap. Default: half the machine's."""
+KEPT_VARIABLES = frozenset({"PATH", "HOME", "LANG", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX"})
+KEPT_PREFIXES = ("LC_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_")
+"""Locale, Triton's and CUDA's own settings and thread counts; nothing nbgrader or Jupyter set."""
+KEPT_OUTPUT_CHARS = 4000
+"""Characters kept from each end of what the process printed; the middle is dropped."""
+_MEMORY_ERRORS = re.compile(r"MemoryError|can't allocate memory|Cannot allocate memory|out of memory")
+
+
+@dataclass
+class Finished:
+    """How a sandboxed process ended."""
+
+    returncode: int | None
+    """The exit status (negative: killed by that signal); None when stopped at the time limit."""
+    output: str
+    """stdout and stderr together, the middle left out past ``2 * KEPT_OUTPUT_CHARS`` characters."""
+
+
+def memory_limit_bytes() -> int | None:
+    """The cap from :data:`MEMORY_LIMIT_VAR`, or half the physical memory; None for no cap."""
+    text = os.environ.get(MEMORY_LIMIT_VAR, "").strip()
+    if not text:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    gib = float(text)
+    return int(gib * 2**30) if gib > 0 else None
+
+
+def clean_environment(scratch: Path, hide: tuple[str, ...] = ()) -> dict[str, str]:
+    """The variables a grading process needs, none of nbgrader's or Jupyter's, nor those in
+    ``hide``; temporary files go to ``scratch``."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in KEPT_VARIABLES or k.startswith(KEPT_PREFIXES)) and k not in hide}
+    env["TMPDIR"] = str(scratch)
+    return env
+
+
+def limit_memory() -> None:
+    """Cap this process's memory (:data:`MEMORY_LIMIT_VAR`): the grading process calls it on
+    itself first thing, so an allocation past the cap raises instead of exhausting the machine."""
+    # RLIMIT_DATA, not RLIMIT_AS: it counts heap and private writable mappings only, so the
+    # interpreter's 1 GB of mapped libraries and a CUDA driver's address-space reservations
+    # (tens of GB, never writable) are not charged against the cap.
+    limit = memory_limit_bytes()
+    if limit is not None:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    try:  # if the machine runs short anyway, the kernel's OOM killer takes this process first
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+
+
+def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = ()) -> Finished:
+    """Run ``cmd`` in ``cwd`` with a clean environment (less ``hide``); kill it, and anything it started, after
+    ``timeout_s``. Output is read as it comes and only its two ends are kept, so printing
+    gigabytes costs neither memory nor disk."""
+    process = subprocess.Popen(cmd, cwd=cwd, env=clean_environment(cwd, hide), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    head, tail, dropped = "", "", 0
+
+    def read() -> None:
+        nonlocal head, tail, dropped
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while chunk := process.stdout.read1(65536):
+            text = decoder.decode(chunk)
+            if len(head) < KEPT_OUTPUT_CHARS:
+                take = KEPT_OUTPUT_CHARS - len(head)
+                head, text = head + text[:take], text[take:]
+            tail += text
+            if len(tail) > KEPT_OUTPUT_CHARS:
+                dropped, tail = dropped + len(tail) - KEPT_OUTPUT_CHARS, tail[-KEPT_OUTPUT_CHARS:]
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        returncode = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        returncode = None
+    _kill_group(process.pid)  # also whatever the student's code left running
+    process.wait()
+    reader.join(timeout=10)  # a grandchild that left the group may hold the pipe open
+    middle = f"\n[... {dropped} characters of output left out ...]\n" if dropped else ""
+    return Finished(returncode, head + middle + tail)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def ran_out_of_memory(text: str) -> bool:
+    """Whether an error message or output says an allocation failed."""
+    return bool(_MEMORY_ERRORS.search(text))
+
+
+def memory_note() -> str:
+    limit = memory_limit_bytes()
+    return "ran out of memory" + (f" (a grading process may use {limit / 2**30:g} GiB)" if limit else "")
+
+
+def describe_exit(returncode: int) -> str:
+    """Why a process ended, for a student: ``exit code 1``, ``SIGSEGV: a segmentation fault``..."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+    why = {"SIGSEGV": "a segmentation fault: memory read or written through a bad pointer",
+           "SIGBUS": "a bus error: memory read or written through a bad pointer",
+           "SIGABRT": "aborted, often by a failed check in C code or corrupted memory",
+           "SIGKILL": "killed, most likely by the kernel for running out of memory"}.get(name)
+    return f"{name}: {why}" if why else f"killed by {name}"

@@ -1,0 +1,286 @@
+"""Grading that survives a whole class: one run of grade_class over a good student and one
+student per fault. Each broken submission loses only the points of the tests it breaks, with
+a reason in the summary table and in its graded notebook and feedback; everyone else is
+graded exactly, and grading again gives the same grades."""
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.converters import Autograde
+from traitlets.config.loader import PyFileConfigLoader
+
+from autograder import isolation, sandbox
+from autograder.grade_class import grade_class, table
+from conftest import ROOT
+from test_nbgrader_pipeline import (PS1, VECTOR_ADD, cell_scores, expected_unmasked_points, nbgrader,
+                                    new_course, reference)
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 25
+"""Per graded test, for the class run: a correct submission's takes 5 s here (2 cores)."""
+MEMORY_GB = 2
+"""Per grading process, for the class run: the checker itself needs about 0.3 GB."""
+REF = reference(PS1)
+FULL = {"test_correctness": 3.0, "test_hidden": 3.0, "test_throughput": 0.0}  # no GPU: throughput 0
+ZERO = {"test_correctness": 0.0, "test_hidden": 0.0, "test_throughput": 0.0}
+
+ZEROS = '''@triton.jit
+def zero_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros((BLOCK,), dtype=out_ptr.dtype.element_ty), mask=offs < n)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    zero_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
+    return out
+'''
+# Everything the answer cells could use to reach the course: if any is found, they raise.
+SNOOP = '''
+import os, pathlib, sys
+_found = []
+try:
+    import solutions
+    _found.append("import solutions")
+except ImportError:
+    pass
+_here = pathlib.Path.cwd()
+_found += [str(p / n) for p in [_here, *_here.parents] for n in ("source", "solutions", "submitted",
+           "autograded", "release", "gradebook.db", "nbgrader_config.py") if (p / n).exists()]
+_found += [str(f) for f in _here.iterdir() if f.suffix == ".ipynb"]
+_found += [k for k in os.environ if k.startswith(("NBGRADER", "JPY", "JUPYTER", "TRITON_COURSE_ISOLATE"))
+           or k in ("PWD", "OLDPWD", "VIRTUAL_ENV")]
+if _found:
+    raise RuntimeError("grading exposed: " + ", ".join(_found))
+'''
+NOISY = '''
+import sys
+print(("x" * 99 + "\\n") * 20000)  # 2 MB when the cell runs
+
+
+def _noisy_add(x, y, _add=add):
+    print("y" * 2**20, file=sys.stderr)  # and 1 MB per call
+    return _add(x, y)
+
+
+add = _noisy_add
+'''
+RIGGED_GRADE = ZEROS + '''
+
+def grade(exercise, fn, part):  # in the tests' kernel this would score every test
+    return {"correctness": 3, "hidden": 3, "throughput": 2}[part]
+'''
+
+ANSWERS = {
+    "ada": REF,
+    "exit_at_import": REF + "\nimport os\nos._exit(1)\n",
+    "segfault": "import ctypes\n\n\ndef add(x, y):\n    return ctypes.string_at(0)\n",
+    "memory_hog": "def add(x, y):\n    hog = []\n    while True:\n        hog.append(torch.ones(2**26))\n",
+    "forever": "def add(x, y):\n    while True:\n        pass\n",
+    # right on whole blocks of 1024, raises on the rest: partial credit, like an unmasked kernel
+    "raises": REF.replace("def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:",
+                          "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
+                          "    if x.numel() % 1024:\n        raise ValueError('ragged sizes are next week')"),
+    "nosy": REF + NOISY + SNOOP,  # prints megabytes, looks for the course, finds nothing
+    "mallory": RIGGED_GRADE,
+    "no_function": "def plus(x, y):\n    return x + y\n",
+    "bad_signature": "def add(x):\n    return x\n",
+    "syntax_error": "def add(x, y)\n    return x + y\n",
+}
+UNREADABLE = {"not_json": '{"cells": [ this is not JSON', "no_cells": None}
+REGRADED = ["raises", "mallory"]
+
+
+def cell(nb, name):
+    return next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == name)
+
+
+def tamper(nb) -> None:
+    """Each kind of change to a locked cell, one cell each, and a duplicated answer cell."""
+    nb.cells[cell(nb, "test_correctness")].source = "3  # full marks"  # edited
+    del nb.cells[cell(nb, "test_hidden")]  # deleted
+    throughput = nb.cells[cell(nb, "test_throughput")]  # retyped
+    nb.cells[cell(nb, "test_throughput")] = nbformat.v4.new_markdown_cell("2", metadata=throughput.metadata)
+    copy = nbformat.from_dict(json.loads(json.dumps(nb.cells[cell(nb, "setup")])))  # duplicated
+    copy.source += "\ngrade = lambda *args: 3"
+    copy.id = "setup-copy"
+    nb.cells.insert(cell(nb, "setup") + 1, copy)
+    answer = nbformat.from_dict(json.loads(json.dumps(nb.cells[cell(nb, "add")])))  # the answer twice:
+    answer.source, answer.id = REF, "add-copy"  # nbgrader grades the last copy, not this one
+    nb.cells.insert(cell(nb, "add"), answer)
+
+
+def submit(course, student: str) -> None:
+    folder = course / "submitted" / student / PS1
+    folder.mkdir(parents=True)
+    path = folder / f"{PS1}.ipynb"
+    if student in UNREADABLE:
+        path.write_text(UNREADABLE[student] or json.dumps(
+            {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+        return
+    nb = nbformat.read(course / "release" / PS1 / f"{PS1}.ipynb", as_version=4)
+    nb.cells[cell(nb, VECTOR_ADD.function)].source = ANSWERS[student]
+    if student == "mallory":
+        tamper(nb)
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The class graded once, exported and given feedback; then part of it graded again."""
+    course = new_course(tmp_path_factory.mktemp("class"), PS1)
+    students = sorted([*ANSWERS, *UNREADABLE])
+    for student in students:
+        submit(course, student)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(isolation.TIMEOUT_VAR, str(TIMEOUT_S))
+        env.setenv(sandbox.MEMORY_LIMIT_VAR, str(MEMORY_GB))
+        grades = {g.student: g for g in grade_class(course, PS1)}
+        first = {s: cell_scores(course, PS1, s) for s in students}
+        nbgrader(course, "export", f"--to={course / 'grades.csv'}")
+        nbgrader(course, "generate_feedback", PS1, "--force")
+        again = {g.student: g for g in grade_class(course, PS1, only=REGRADED)}
+        second = {s: cell_scores(course, PS1, s) for s in REGRADED}
+    return course, grades, first, again, second
+
+
+EXPECTED = {student: ZERO for student in [*ANSWERS, *UNREADABLE]} | {
+    "ada": FULL, "nosy": FULL, "raises": expected_unmasked_points()}
+
+REASON = {
+    "exit_at_import": "your code crashed the grading process (exit code 1).",
+    "segfault": "your code crashed the grading process (SIGSEGV: a segmentation fault",
+    "memory_hog": f"your code ran out of memory (a grading process may use {MEMORY_GB:g} GiB): "
+                  "`add` raised RuntimeError",
+    "forever": f"grading was stopped after {TIMEOUT_S} s: the code never finished.",
+    "raises": "`add` raised ValueError: ragged sizes are next week",
+    "mallory": "elements differ",
+    "no_function": "your answer cells define no function `add`.",
+    "bad_signature": "`add` cannot be called as `add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor`.",
+    "syntax_error": "your answer cells raised SyntaxError when run on their own: expected ':': `def add(x, y)`",
+    "not_json": f"{PS1}.ipynb is not a readable notebook (NotJSONError",
+    "no_cells": f"{PS1}.ipynb has no cells",
+}
+
+
+def test_every_student_scores_exactly_as_expected(graded):
+    course, grades, first, _, _ = graded
+    assert set(grades) == set(EXPECTED)
+    for student, scores in EXPECTED.items():
+        if student in UNREADABLE:  # never autograded: a zero row, no graded cells
+            assert sum(first[student].values()) == 0 and grades[student].score == 0
+        else:
+            assert first[student] == scores, student
+    rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
+    assert {s: float(r["score"]) for s, r in rows.items()} == pytest.approx(
+        {s: sum(scores.values()) for s, scores in EXPECTED.items()})
+    assert {float(r["max_score"]) for r in rows.values()} == {8.0}
+
+
+@pytest.mark.parametrize("student", sorted(REASON))
+def test_each_fault_is_named_in_the_summary(graded, student):
+    _, grades, _, _, _ = graded
+    g = grades[student]
+    if student in UNREADABLE:
+        assert g.failing == ["(whole notebook)"] and g.reasons[0].startswith(REASON[student])
+        return
+    assert g.failing == ["test_correctness", "test_hidden", "test_throughput"]
+    assert REASON[student] in g.reasons[0] and REASON[student] in g.reasons[1], g.reasons
+    assert "needs a GPU" in g.reasons[2]
+    row = next(line for line in table(PS1, list(grades.values())).splitlines() if line.startswith(student + " "))
+    assert REASON[student] in row
+
+
+@pytest.mark.parametrize("student, shown", [("segfault", "SIGSEGV"), ("memory_hog", "ran out of memory"),
+                                            ("forever", "stopped after"), ("exit_at_import", "exit code 1")])
+def test_the_student_reads_the_cause_in_the_graded_notebook_and_the_feedback(graded, student, shown):
+    course, _, _, _, _ = graded
+    notebook = nbformat.read(course / "autograded" / student / PS1 / f"{PS1}.ipynb", as_version=4)
+    errors = [o for o in notebook.cells[cell(notebook, "test_correctness")].outputs if o.output_type == "error"]
+    assert errors and shown in errors[0].evalue
+    assert shown in (course / "feedback" / student / PS1 / f"{PS1}.html").read_text()
+
+
+def test_good_and_noisy_students_pass_with_their_output_left_out(graded):
+    course, grades, _, _, _ = graded
+    for student in ("ada", "nosy"):  # nosy found nothing of the course to read, or it would raise
+        assert grades[student].failing == ["test_throughput"] and grades[student].notes == []
+    assert grades["raises"].reasons[0].startswith("test_correctness: partial credit; the first failure, 1 float32: ")
+    graded_notebook = course / "autograded" / "nosy" / PS1 / f"{PS1}.ipynb"
+    assert graded_notebook.stat().st_size < 100_000 and "xxxxxxxxxx" not in graded_notebook.read_text()
+
+
+def test_tampered_locked_cells_are_reported_and_graded_as_released(graded):
+    course, grades, first, _, _ = graded
+    assert first["mallory"] == ZERO  # the rigged grade() and the edited "3" never ran
+    assert grades["mallory"].notes == [
+        "locked cell setup duplicated: graded as released",
+        "locked cell test_correctness edited: graded as released",
+        "locked cell test_hidden deleted: graded as released",
+        "locked cell test_throughput retyped (code -> markdown): graded as released",
+    ]
+    row = next(line for line in table(PS1, list(grades.values())).splitlines() if line.startswith("mallory"))
+    assert "locked cell test_hidden deleted: graded as released" in row
+    graded_nb = nbformat.read(course / "autograded" / "mallory" / PS1 / f"{PS1}.ipynb", as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded_nb.cells]
+    assert ids.count("setup") == 1 and ids[-3:] == ["test_correctness", "test_hidden", "test_throughput"]
+    assert 'grade("ps1_vector_add", add, "hidden")' in graded_nb.cells[-2].source
+    assert all(c.execution_count is None for c in graded_nb.cells if c.cell_type == "code"
+               and c.metadata.get("nbgrader", {}).get("grade_id") in (None, "add"))  # student code: not run
+
+
+def test_grading_again_gives_the_same_grades(graded):
+    _, grades, first, again, second = graded
+    assert set(again) == set(REGRADED)
+    assert second == {s: first[s] for s in REGRADED}
+    assert all(again[s].notes == grades[s].notes for s in REGRADED)
+
+
+def test_autograde_steps_are_nbgraders_own_with_two_swapped_in():
+    """If a new nbgrader changes its lists, this says so before grading silently changes."""
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    defaults = Autograde.class_traits()
+
+    def names(trait):
+        return [f"{k.__module__.rsplit('.', 1)[0]}.{k.__name__}" for k in defaults[trait].default()]
+
+    sanitize, autograde = names("sanitize_preprocessors"), names("autograde_preprocessors")
+    assert autograde[0] == "nbgrader.preprocessors.Execute"
+    assert config.Autograde.sanitize_preprocessors == [sanitize[0], "autograder.autograde.RestoreLockedCells",
+                                                       *sanitize[1:]]
+    assert config.Autograde.autograde_preprocessors == ["autograder.autograde.ExecuteInstructorCells",
+                                                        *autograde[1:]]
+
+
+def test_sandbox_keeps_both_ends_of_a_flood_of_output(tmp_path):
+    flood = "import sys\nprint('first line'); sys.stdout.write('z' * 20_000_000); print('last line')"
+    done = sandbox.run([sys.executable, "-c", flood], cwd=tmp_path, timeout_s=60)
+    assert done.returncode == 0 and done.output.startswith("first line")
+    assert done.output.rstrip().endswith("last line") and len(done.output) < 3 * sandbox.KEPT_OUTPUT_CHARS
+    assert "characters of output left out" in done.output
+
+
+def test_sandbox_stops_what_the_code_started_and_hides_the_course(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    started = "import os, subprocess, time\nprint(subprocess.Popen(['sleep', '300']).pid, " \
+              "sorted(k for k in os.environ if k.startswith('NBGRADER')), os.getcwd(), flush=True)\ntime.sleep(300)"
+    done = sandbox.run([sys.executable, "-c", started], cwd=tmp_path, timeout_s=3)
+    pid, seen, cwd = done.output.split(" ", 2)
+    assert done.returncode is None and seen == "[]" and cwd.strip() == str(tmp_path)
+    stat = Path(f"/proc/{pid}/stat")
+    for _ in range(20):  # the sleep is gone, or dead and waiting to be reaped
+        if not stat.exists() or stat.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"process {pid}, started by the sandboxed code, still runs")
+
+
+@pytest.mark.parametrize("code, words", [(1, "exit code 1"), (-11, "SIGSEGV: a segmentation fault"),
+                                         (-9, "SIGKILL: killed, most likely by the kernel for running out of memory")])
+def test_exit_statuses_are_explained(code, words):
+    assert sandbox.describe_exit(code).startswith(words)
