@@ -28,17 +28,7 @@ REF = reference(PS1)
 FULL = {"test_correctness": 3.0, "test_hidden": 3.0, "test_throughput": 0.0}  # no GPU: throughput 0
 ZERO = {"test_correctness": 0.0, "test_hidden": 0.0, "test_throughput": 0.0}
 
-ZEROS = '''@triton.jit
-def zero_kernel(out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.zeros((BLOCK,), dtype=out_ptr.dtype.element_ty), mask=offs < n)
-
-
-def add(x, y):
-    out = torch.empty_like(x)
-    zero_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
-    return out
-'''
+from test_isolation import ZEROS  # noqa: E402  an add that launches a kernel and returns zeros
 # Everything the answer cells could use to reach the course: if any is found, they raise.
 SNOOP = '''
 import os, pathlib, sys
