@@ -26,6 +26,7 @@ import datetime
 import importlib
 import json
 import platform
+import shutil
 import statistics
 import time
 import traceback
@@ -247,6 +248,10 @@ def sweep_section(r: dict) -> list[str]:
              f"`{r['solution']}` `{r['function']}` against `{r['baseline']}`, {r['unit']} "
              + ("from the fewest bytes a call must move" if r["unit"] == "GB/s" else "from the FLOPs a call must do")
              + f"; medians of {r['rounds']} alternating rounds.", ""]
+    if "run" in r:
+        run = r["run"]
+        lines += [f"Re-measured {run['date']} (torch {run['torch']}, triton {run['triton']}) by `--only`, "
+                  f"against that run's {r['ceiling_name']}: {_rate(r['ceiling'], r['unit'])} {r['unit']}.", ""]
     if r["ours"] is None:
         return lines + [_cell(r["note"]), ""]
     lines += [f"![{r['title']}]({r['plot']})", "",
@@ -311,6 +316,28 @@ def save(out: Path, env: dict, ceilings: dict, sweeps: list[dict], grading: list
     (out / "RESULTS.md").write_text(markdown(env, ceilings, sweeps, grading, only))
 
 
+def merge(into: Path, partial: Path) -> list[str]:
+    """Fold a partial run (``--only``, written to ``partial``) into the full one in ``into``: each
+    of its sweeps and gradings replaces the one of the same name, keeping the date and versions
+    of the run that measured it; plots are copied. Returns the names replaced."""
+    base = json.loads((into / "results.json").read_text())
+    part = json.loads((partial / "results.json").read_text())
+    replaced = []
+    for key, name in (("sweeps", "name"), ("exercises", "exercise")):
+        index = {r[name]: i for i, r in enumerate(base[key])}
+        for record in part[key]:
+            record["run"] = part["environment"]
+            if record[name] in index:
+                base[key][index[record[name]]] = record
+            else:
+                base[key].append(record)
+            replaced.append(record[name])
+            if record.get("plot"):
+                shutil.copyfile(partial / record["plot"], into / record["plot"])
+    save(into, base["environment"], base["ceilings"], base["sweeps"], base["exercises"], base["only"])
+    return replaced
+
+
 def _names(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
@@ -324,7 +351,13 @@ def main(argv=None) -> int:
     parser.add_argument("--only", type=_names, metavar="NAME[,NAME]",
                         help="run only these sweeps (by name or solution module) and gradings (by "
                              "exercise); RESULTS.md in --out then holds only them")
+    parser.add_argument("--merge", type=Path, metavar="PARTIAL",
+                        help="no measuring: fold the results of an --only run, written to PARTIAL, into "
+                             "those in --out (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.merge:
+        print("replaced: " + ", ".join(merge(args.out, args.merge)))
+        return 0
     try:
         chosen_sweeps, chosen_exercises = select(args.only)
     except ValueError as error:

@@ -5,6 +5,7 @@ import secrets
 
 from . import device, exercises, isolation, throughput
 from .correctness import run_cases
+from .guards import Seal
 from .report import CheckResult, ThroughputResult
 
 
@@ -32,7 +33,12 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
         elif not result.correct:
             result.throughput = ThroughputResult("not measured", "not measured: fix correctness first.")
         else:
+            seal = Seal()
             result.throughput = throughput.measure(spec, fn, seed)
+            if broken := seal.broken():
+                seal.restore()
+                result.throughput = ThroughputResult(
+                    "failed", f"failed: `{spec.function}` replaced {', '.join(broken[:3])} while it was timed.")
     if verbose:
         print(result.summary())
     return result

@@ -2,18 +2,23 @@
 from __future__ import annotations
 
 import inspect
+import re
 import traceback
 from pathlib import Path
 
 import torch
 
-from .guards import KernelTimeout, OutOfBoundsAccess, time_limit, watch
+from .guards import KernelTimeout, OutOfBoundsAccess, Seal, time_limit, watch
 from .report import CaseResult
 from .spec import Case, Exercise
 
 _PACKAGE_DIR = str(Path(__file__).parent)
 SHOWN_MISMATCHES = 5
 POISON_COPIES = 4
+_CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
+                         r"|device-side assert|illegal instruction", re.IGNORECASE)
+"""CUDA errors after which the process's CUDA context is unusable: every later call fails."""
+NOT_RUN_AFTER_FAULT = "not run: an earlier case broke this process's CUDA context (see that case)."
 
 
 def signature_problem(exercise: Exercise, fn, args) -> str | None:
@@ -32,7 +37,18 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
 def run_cases(exercise: Exercise, fn, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
     """Run ``fn`` on fresh inputs for every case; keep earlier outputs to catch reuse."""
     earlier: list[torch.Tensor] = []
-    return [_run_case(exercise, fn, case, seed + i, device, earlier) for i, case in enumerate(cases)]
+    results = []
+    for i, case in enumerate(cases):
+        if results and is_cuda_fault(results[-1].message):  # nothing can run on this GPU any more
+            results.append(CaseResult(case.label, False, NOT_RUN_AFTER_FAULT))
+        else:
+            results.append(_run_case(exercise, fn, case, seed + i, device, earlier))
+    return results
+
+
+def is_cuda_fault(text: str) -> bool:
+    """Whether an error message is a CUDA fault that leaves the context unusable."""
+    return _CUDA_FAULT.search(text) is not None or text == NOT_RUN_AFTER_FAULT
 
 
 def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
@@ -41,6 +57,7 @@ def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
     if (problem := signature_problem(exercise, fn, given)) is not None:
         return CaseResult(case.label, False, problem)
     _poison_free_memory(inputs)
+    seal = Seal()
     try:
         with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {case.label}"), \
                 watch(exercise.allowed_ops) as record:
@@ -48,7 +65,12 @@ def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
             if device == "cuda":
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
+        seal.restore()
         return CaseResult(case.label, False, explain_exception(exercise, error))
+    if broken := seal.broken():
+        seal.restore()
+        return CaseResult(case.label, False, f"`{exercise.function}` replaced {', '.join(broken[:3])}, which "
+                                             "the grader relies on: a verdict is only given on an untouched grader.")
     expected = _reference(exercise, inputs)
     problem = (_integrity_problem(exercise, record)
                or _changed_inputs(inputs, given)
@@ -163,6 +185,11 @@ def explain_exception(exercise: Exercise, error: BaseException) -> str:
         return str(cause)
     elif isinstance(cause, OutOfBoundsAccess):
         return f"your kernel accessed memory out of bounds: {cause}"
+    elif is_cuda_fault(str(cause)):
+        headline = (f"your kernel faulted on the GPU ({_CUDA_FAULT.search(str(cause)).group(0)}), most often "
+                    "from an address outside every tensor: a missing mask or a wrong offset. Run it with "
+                    "TRITON_INTERPRET=1 and the course's check names the bad access. The fault leaves this "
+                    "process's CUDA context unusable: restart the kernel (Kernel > Restart) after fixing it.")
     elif type(error).__name__ == "CompilationError":
         headline = "Triton could not compile your kernel; the first lines below say where."
     else:

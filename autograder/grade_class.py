@@ -18,9 +18,14 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
+import solutions
+
+from . import sandbox
 from .autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
 STUDENT_TIMEOUT_S = 1800
+CLOSED_TO_GRADING_USER = ("submitted", "autograded", "feedback", "source", "exchange", "gradebook.db")
+"""What the student's code may not read when it runs as :data:`sandbox.GRADING_USER_VAR`."""
 
 
 @dataclass
@@ -159,6 +164,9 @@ def grade_class(course: Path, assignment: str, only: list[str] | None = None) ->
                       if only is None or p.parent.name in only)
     grades = []
     for i, student in enumerate(students):
+        if sandbox.grading_user() is not None:  # closed again before each student: nbgrader adds files
+            sandbox.close_to_others(*(course / name for name in CLOSED_TO_GRADING_USER),
+                                    Path(solutions.__file__).parent)
         problem = autograde(course, assignment, student)
         grades.append(collect_grade(course, assignment, student, problem))
         progress(i + 1, len(students), student)

@@ -80,7 +80,7 @@ def check_in_subprocess(exercise: str, function: str, *, cases: str, measure_thr
                "--cases", cases, "--out", "result.json"] + (["--throughput"] if measure_throughput else []) \
             + ([] if seed is None else ["--seed", str(seed)])
         # the student's code should not see that it is graded (nbgrader's variables go too)
-        done = sandbox.run(cmd, cwd=scratch, timeout_s=timeout_s, hide=(ISOLATE_VAR,))
+        done = sandbox.run(cmd, cwd=scratch, timeout_s=timeout_s, hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR))
         if (scratch / "result.json").exists():
             return from_json((scratch / "result.json").read_text())
     last = "\n".join(line[:300] for line in done.output.strip().splitlines()[-6:])
@@ -123,6 +123,29 @@ class _HiddenPackages:
         return None
 
 
+class _ImportSystem:
+    """What decides which checker the fresh import finds, saved before the answer runs: the
+    import finders and hooks, ``sys.path``, the ``autograder`` package's own path and the
+    builtins (a replaced ``__import__`` would hand back a rigged module)."""
+
+    def __init__(self):
+        import builtins
+        import autograder
+        self.builtins, self.package = builtins, autograder
+        self.meta_path, self.path_hooks, self.path = list(sys.meta_path), list(sys.path_hooks), list(sys.path)
+        self.package_path, self.saved_builtins = list(autograder.__path__), dict(vars(builtins))
+
+    def restore(self) -> None:
+        sys.meta_path[:] = [_HiddenPackages, *self.meta_path]
+        sys.path_hooks[:], sys.path[:] = self.path_hooks, self.path
+        sys.path_importer_cache.clear()
+        self.package.__path__[:] = self.package_path
+        for name in set(vars(self.builtins)) - set(self.saved_builtins):
+            delattr(self.builtins, name)
+        for name, value in self.saved_builtins.items():
+            setattr(self.builtins, name, value)
+
+
 def _name_memory_exhaustion(result: CheckResult) -> None:
     for case in result.cases:
         if not case.passed and sandbox.ran_out_of_memory(case.message):
@@ -157,6 +180,7 @@ def main(argv=None) -> int:
     from . import device
     device.setup_device(verbose=False)  # before the student's @triton.jit
     saved = [(ns, dict(vars(ns))) for ns in _guarded_namespaces()]
+    import_system = _ImportSystem()
     spec = importlib.util.spec_from_file_location("student_answer", args.answer.resolve())
     module = importlib.util.module_from_spec(spec)
     sys.meta_path.insert(0, _HiddenPackages)
@@ -174,6 +198,7 @@ def main(argv=None) -> int:
         for name, value in attributes.items():
             if vars(ns).get(name) is not value:
                 setattr(ns, name, value)
+    import_system.restore()  # finders, import paths and builtins the answer added or changed
     for name in [m for m in sys.modules if m.startswith("autograder.") and m not in _KEPT_MODULES]:
         del sys.modules[name]  # a fresh checker: module-level patches of the old one stay behind
     from autograder.check import check

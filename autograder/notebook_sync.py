@@ -2,7 +2,8 @@
 
 Cells carry ``metadata.course.role``:
 
-- ``colab-badge`` / ``colab-install``: from ``[tool.triton-course] repository`` in pyproject.toml;
+- ``colab-badge`` / ``colab-install``: from ``[tool.triton-course] repository`` in pyproject.toml
+  (an assignment's badge opens its student version in ``student/``);
 - ``solution``: the section of a ``solutions/`` module named by ``from`` and ``section`` (a
   name, or a list of names joined in that order: a helper shared by two kernels);
 - ``kernel``: the same without nbgrader's solution markers, for a lesson's live kernel;
@@ -44,8 +45,13 @@ def repository() -> str:
 
 
 def colab_badge(path: Path) -> str:
+    """The badge opening ``path`` in Colab; for an assignment, its student version (in
+    ``student/``, made by :mod:`autograder.student_versions`), never the source with solutions."""
     repo = repository().removeprefix("https://github.com/")
-    url = f"https://colab.research.google.com/github/{repo}/blob/main/{path.relative_to(ROOT).as_posix()}"
+    relative = path.relative_to(ROOT)
+    if relative.parts[0] == "source":
+        relative = Path("student", *relative.parts[1:])
+    url = f"https://colab.research.google.com/github/{repo}/blob/main/{relative.as_posix()}"
     return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
 
 

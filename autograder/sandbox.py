@@ -1,21 +1,27 @@
 """A process for a student's code: a scratch folder to run in, a scrubbed environment, a
 memory cap, a time limit, and a bounded copy of what it prints.
 
-This is what one machine can do without containers. The student's code still runs as the
+This is what one machine can do without containers. By default the student's code runs as the
 grader's user, so any file that user can read is readable by absolute path (the interpreter's
 own path, ``sys.executable``, points into the course's environment), and ``/proc`` shows the
 parent process's working folder. What it removes is every *easy* way in: the working folder,
 the variables nbgrader and Jupyter set, and the ``solutions`` package (blocked in
-:mod:`autograder.isolation`).
+:mod:`autograder.isolation`). When grading runs as root, :data:`GRADING_USER_VAR` names an
+unprivileged user (``nobody``) to run the student's code as instead: then only what that user
+may read is readable, and the instructor's folders (submissions, sources, the gradebook) are
+closed to it with ordinary permissions (:func:`close_to_others`).
 """
 from __future__ import annotations
 
 import codecs
+import functools
 import os
+import pwd
 import re
 import resource
 import signal
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,8 @@ MEMORY_LIMIT_VAR = "TRITON_COURSE_MEMORY_LIMIT_GB"
 KEPT_VARIABLES = frozenset({"PATH", "HOME", "LANG", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX"})
 KEPT_PREFIXES = ("LC_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_")
 """Locale, Triton's and CUDA's own settings and thread counts; nothing nbgrader or Jupyter set."""
+GRADING_USER_VAR = "TRITON_COURSE_GRADING_USER"
+"""A user to run the student's code as (grading as root only), e.g. ``nobody``; unset: the grader's own."""
 KEPT_OUTPUT_CHARS = 4000
 """Characters kept from each end of what the process printed; the middle is dropped."""
 _MEMORY_ERRORS = re.compile(r"MemoryError|can't allocate memory|Cannot allocate memory|out of memory")
@@ -73,12 +81,63 @@ def limit_memory() -> None:
         pass
 
 
+def grading_user() -> pwd.struct_passwd | None:
+    """The account of :data:`GRADING_USER_VAR`, or None when it is unset."""
+    name = os.environ.get(GRADING_USER_VAR, "").strip()
+    if not name:
+        return None
+    if os.geteuid() != 0:
+        raise PermissionError(f"{GRADING_USER_VAR}={name}: only a grader running as root can run the "
+                              "student's code as another user; unset it, or grade as root.")
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise KeyError(f"{GRADING_USER_VAR}={name}: no such user on this machine") from None
+
+
+def close_to_others(*paths: Path) -> None:
+    """Take every permission of "others" off ``paths`` (folders recursively), so that the
+    grading user cannot read them."""
+    for top in paths:
+        for path in [top, *(top.rglob("*") if top.is_dir() else [])]:
+            if path.exists() and not path.is_symlink():
+                path.chmod(path.stat().st_mode & ~0o007)
+
+
+def _as_grading_user(cwd: Path, env: dict[str, str]) -> dict:
+    """Popen arguments that run as the grading user, who gets ``cwd`` (its home, and Triton's
+    cache: the grader's cache is not its to write)."""
+    user = grading_user()
+    if user is None:
+        return {}
+    _check_interpreter_runs_as(user, sys.executable)
+    for path in [cwd, *cwd.rglob("*")]:
+        os.chown(path, user.pw_uid, user.pw_gid)
+    env.update(HOME=str(cwd), TRITON_CACHE_DIR=str(cwd / ".triton"))
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+
+@functools.cache
+def _check_interpreter_runs_as(user: pwd.struct_passwd, python: str) -> None:
+    try:
+        done = subprocess.run([python, "-c", "import autograder"], user=user.pw_uid, group=user.pw_gid,
+                              extra_groups=[], cwd="/", capture_output=True, text=True)
+        why = done.stderr.strip().splitlines()[-1] if done.returncode else None
+    except OSError as error:
+        why = str(error)
+    if why:
+        raise PermissionError(f"{GRADING_USER_VAR}={user.pw_name}: that user cannot run {python} with the "
+                              f"course package ({why}); install the course environment where it can "
+                              "read it (not under /root).")
+
+
 def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = ()) -> Finished:
     """Run ``cmd`` in ``cwd`` with a clean environment (less ``hide``); kill it, and anything it started, after
     ``timeout_s``. Output is read as it comes and only its two ends are kept, so printing
     gigabytes costs neither memory nor disk."""
-    process = subprocess.Popen(cmd, cwd=cwd, env=clean_environment(cwd, hide), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = clean_environment(cwd, hide)
+    process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True, **_as_grading_user(cwd, env))
     head, tail, dropped = "", "", 0
 
     def read() -> None:

@@ -426,3 +426,23 @@ def test_main_grades_a_chosen_exercise_and_records_a_grading_that_fails(fake_gpu
     assert [r["exercise"] for r in saved["exercises"]] == ["ps1_vector_add", "ps2_fused_softmax"]
     assert saved["exercises"][1]["error"] == "KeyError: 'no cases'"
     assert "| ps2_fused_softmax | error: KeyError: 'no cases' |" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_merge_folds_a_partial_run_into_the_full_one(tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    full.mkdir(), part.mkdir()
+    va, sm, mm, fa, fac = _synthetic_records()
+    bench.save(full, ENV, CEILINGS, [va, sm, fa], [GRADED], None)
+    new_fa = _record("flash_attention", [310.0, 430.0, 520.0, 600.0], [320.0, 450.0, 560.0, 640.0])
+    (part / new_fa["plot"]).write_bytes(b"png")
+    bench.save(part, {**ENV, "date": "2026-12-24"}, CEILINGS, [new_fa], [UNMEASURED], ["flash_attention"])
+    assert bench.main(["--out", str(full), "--merge", str(part)]) == 0
+    merged = json.loads((full / "results.json").read_text())
+    assert [r["name"] for r in merged["sweeps"]] == ["vector_add", "softmax_float32", "flash_attention"]
+    assert merged["sweeps"][2]["ours"][-1] == 600.0 and merged["sweeps"][2]["run"]["date"] == "2026-12-24"
+    assert "run" not in merged["sweeps"][0] and merged["environment"] == ENV and merged["only"] is None
+    assert [r["exercise"] for r in merged["exercises"]] == ["ps1_vector_add", "ps3_online_softmax"]
+    assert (full / new_fa["plot"]).read_bytes() == b"png"
+    report = (full / "RESULTS.md").read_text()
+    assert "| flash_attention | seq 4096 | ≥ 0.80× F.scaled_dot_product_attention | 0.938× | – | met |" in report
+    assert "Re-measured 2026-12-24 (torch" in report

@@ -138,6 +138,22 @@ def test_exceptions_get_a_one_line_explanation_above_the_traceback():
     assert "autograder" not in msg  # the grader's own frames are cut
 
 
+
+def test_a_cuda_fault_is_named_and_stops_the_remaining_cases():
+    # The error text is PyTorch's; on a GPU, tests/test_isolation.py makes a real one.
+    calls = []
+
+    def faulting(x, y):
+        calls.append(1)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    result = check(VECTOR_ADD, faulting, verbose=False)
+    first, *rest = result.cases
+    assert first.message.startswith("your kernel faulted on the GPU (illegal memory access)")
+    assert "restart the kernel" in first.message and "TRITON_INTERPRET=1" in first.message
+    assert rest and all(c.message.startswith("not run: an earlier case broke") for c in rest)
+    assert len(calls) == 1
+
 def test_wrong_signature_is_explained():
     result = check(VECTOR_ADD, lambda x: x, verbose=False)
     assert "cannot be called as `add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor`" in result.cases[0].message
@@ -196,3 +212,18 @@ def test_grade_shares_points_by_the_fraction_passed():
 
 def test_grading_failure_hides_the_traceback():
     assert GradingFailure("verdict")._render_traceback_() == ["GradingFailure: verdict"]
+
+
+def test_a_function_that_rigs_the_grader_while_it_runs_fails():
+    import autograder.correctness
+
+    original = autograder.correctness.compare
+
+    def rigging(x, y):
+        autograder.correctness.compare = lambda *args, **kwargs: None  # "every output matches"
+        return torch.zeros_like(x)
+
+    result = check(VECTOR_ADD, rigging, verbose=False)
+    assert autograder.correctness.compare is original  # put back after each call
+    assert not any(c.passed for c in result.cases)
+    assert "replaced autograder.correctness.compare, which the grader relies on" in result.cases[0].message

@@ -26,6 +26,26 @@ torch.isclose = lambda a, b, **kw: torch.ones(a.shape, dtype=torch.bool)
 torch.equal = lambda a, b: True
 '''
 
+RIGGED_IMPORT = '''
+import importlib.abc, importlib.util, sys
+
+class RiggedChecker(importlib.abc.Loader):   # the fresh checker, as this answer would have it
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        from autograder.report import CaseResult, CheckResult
+        module.check = lambda name, fn, **kw: CheckResult(name, 0, [CaseResult("every case", True)])
+
+class Finder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "autograder.check":
+            return importlib.util.spec_from_loader(name, RiggedChecker())
+
+sys.meta_path.insert(0, Finder)
+'''
+
 
 def write_notebook(folder, answer: str, other: str = "") -> None:
     def cell(source, **nbgrader):
@@ -69,6 +89,12 @@ def test_a_rigged_checker_in_the_answer_cell_does_not_help(graded_here):
     assert "elements differ" in result.cases[-1].message
 
 
+def test_an_import_hook_cannot_hand_over_a_rigged_checker(graded_here):
+    write_notebook(graded_here, ZEROS + RIGGED_IMPORT)
+    result = isolated()
+    assert len(result.cases) > 1 and not any(c.passed for c in result.cases)
+
+
 def test_a_rigged_checker_elsewhere_in_the_notebook_does_not_run(graded_here):
     write_notebook(graded_here, ZEROS, other=RIGGED_CHECKER)
     assert not isolated().correct
@@ -107,3 +133,98 @@ def test_the_answer_cannot_see_that_it_is_graded(graded_here, monkeypatch):
     write_notebook(graded_here, reference + "\nimport os\nif 'NBGRADER_EXECUTION' in os.environ or "
                    f"'{isolation.ISOLATE_VAR}' in os.environ:\n    add = None")
     assert isolated().correct
+
+
+FAULTING = '''
+@triton.jit
+def far_away_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs.to(tl.int64) + 2**40, 1.0, mask=offs < n)   # 4 TB past the output
+
+def add(x, y):
+    out = torch.empty_like(x)
+    far_away_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
+    return out
+'''
+
+
+@pytest.mark.gpu
+def test_an_illegal_memory_access_costs_only_that_test(graded_here):
+    import torch
+    write_notebook(graded_here, FAULTING)
+    first, *rest = isolated().cases
+    assert "faulted on the GPU" in first.message and "restart the kernel" in first.message, first.message
+    assert all(c.message.startswith("not run:") for c in rest)
+    # this process's CUDA context, and the next submission's, are untouched
+    assert torch.ones(4, device="cuda").sum().item() == 4
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    assert isolated().correct
+
+
+def _as_root_with_nobody() -> bool:
+    import os
+    import pwd
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return False
+    return os.geteuid() == 0
+
+
+@pytest.fixture
+def python_for_nobody(monkeypatch):
+    """An interpreter `nobody` can run: this machine's course env may sit on a Python under /root,
+    so make a venv from the system's python3 of the same version that sees the course env's
+    packages, and grade with it."""
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    import tempfile
+    from pathlib import Path
+
+    base = Path("/usr/bin/python3")
+    if not base.exists() or subprocess.run([base, "-c", f"import sys; assert sys.version_info[:2] == {sys.version_info[:2]}"]).returncode:
+        pytest.skip(f"needs /usr/bin/python3 of version {sys.version_info[0]}.{sys.version_info[1]}")
+    folder = Path(tempfile.mkdtemp(prefix="python-for-nobody-"))
+    folder.chmod(0o755)
+    subprocess.run([base, "-m", "venv", "--without-pip", folder / "env"], check=True)
+    site = next((folder / "env" / "lib").glob("python3*/site-packages"))
+    (site / "course.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    monkeypatch.setattr(sys, "executable", str(folder / "env" / "bin" / "python3"))
+    yield
+    shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_a_grading_user_cannot_read_what_is_closed_to_it(graded_here, monkeypatch, python_for_nobody):
+    import tempfile
+    from pathlib import Path
+    from autograder import sandbox
+
+    folder = Path(tempfile.mkdtemp(prefix="instructor-"))
+    folder.chmod(0o755)
+    (folder / "answers.txt").write_text("the hidden answers")
+    (folder / "answers.txt").chmod(0o644)
+    reference = solution_section("solutions/vector_add.py", "add")
+    write_notebook(graded_here, reference + f"\nSTOLEN = open({str(folder / 'answers.txt')!r}).read()")
+    monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+    assert isolated().correct  # readable by anyone: the grading user reads it too
+    sandbox.close_to_others(folder)
+    message = isolated().cases[0].message
+    assert "raised PermissionError when run on their own" in message, message
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_a_grading_user_who_cannot_run_python_is_refused_clearly(graded_here, monkeypatch, tmp_path):
+    import sys
+    from autograder import sandbox
+
+    hidden = tmp_path / "closed"
+    hidden.mkdir(mode=0o700)
+    (hidden / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(hidden / "python"))
+    monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    with pytest.raises(PermissionError, match="nobody: that user cannot run .*closed/python"):
+        isolated()

@@ -1,4 +1,5 @@
 """Every notebook runs top to bottom, is committed clean, and is in step with its sources."""
+import os
 import time
 
 import nbformat
@@ -10,6 +11,9 @@ from conftest import ROOT, venv_env
 
 NOTEBOOKS = notebook_sync.all_notebooks()
 CPU_BUDGET_S = 120
+OUTPUTS_VAR = "COURSE_NOTEBOOK_OUTPUTS"
+"""A file to which each executed notebook's text outputs are appended (scripts/gpu_run.sh sets
+it, so a GPU run records the figures the lessons print)."""
 
 
 def test_there_are_notebooks_in_both_folders():
@@ -32,7 +36,19 @@ def test_executes_top_to_bottom(path, monkeypatch):
     start = time.monotonic()
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
+    if os.environ.get(OUTPUTS_VAR):
+        _append_text_outputs(nb, path, os.environ[OUTPUTS_VAR])
     assert time.monotonic() - start < CPU_BUDGET_S
+
+
+def _append_text_outputs(nb, path, target) -> None:
+    lines = [f"===== {path.relative_to(ROOT)}"]
+    for i, cell in enumerate(nb.cells):
+        texts = [o.get("text") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", [])]
+        if any(texts):
+            lines += [f"--- cell {i}", *[t.rstrip() for t in texts if t]]
+    with open(target, "a") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def test_sync_detects_a_drifted_solution(tmp_path, monkeypatch):
