@@ -17,11 +17,12 @@ the verdict says which it was; whatever the code prints is dropped, past a few k
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
+import secrets
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 from . import sandbox
@@ -34,7 +35,9 @@ TIMEOUT_VAR = "TRITON_COURSE_GRADING_TIMEOUT_S"
 PROCESS_TIMEOUT_S = 540
 """Under nbgrader's 600 s cell limit (``nbgrader_config.py``): a hang is then reported by the
 test that hung instead of being cut off by nbgrader."""
-ANSWER_FILE = "student_answer.py"
+KERNEL_ARGV = ["/usr/lib/python3/dist-packages/ipykernel_launcher.py", "-f",
+               "/root/.local/share/jupyter/runtime/kernel-3f1c2a9e.json"]
+"""What ``sys.argv`` holds while the answer cells run: a Jupyter kernel's, not the grader's."""
 HIDDEN_PACKAGES = ("solutions",)
 """Not importable by the student's code while it is graded: the reference kernels."""
 
@@ -72,11 +75,14 @@ def check_in_subprocess(exercise: str, function: str, *, cases: str, measure_thr
     if timeout_s is None:
         timeout_s = float(os.environ.get(TIMEOUT_VAR, PROCESS_TIMEOUT_S))
     code = student_code(find_notebook(exercise))
-    with tempfile.TemporaryDirectory(prefix="grading-") as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        # A real file, not exec() of a string: Triton reads a kernel's source with inspect.
-        (scratch / ANSWER_FILE).write_text(code)
-        cmd = [sys.executable, "-m", "autograder.isolation", ANSWER_FILE, exercise, function,
+        # A real file, not exec() of a string: Triton reads a kernel's source with inspect. It is
+        # named as IPython names a cell's code, so the path does not say "graded" either.
+        answer = Path(f"ipykernel_{secrets.randbelow(90000) + 10000}", f"{secrets.randbelow(9 * 10**9) + 10**9}.py")
+        (scratch / answer.parent).mkdir()
+        (scratch / answer).write_text(code)
+        cmd = [sys.executable, "-m", "autograder.isolation", str(answer), exercise, function,
                "--cases", cases, "--out", "result.json"] + (["--throughput"] if measure_throughput else []) \
             + ([] if seed is None else ["--seed", str(seed)])
         # the student's code should not see that it is graded (nbgrader's variables go too)
@@ -181,11 +187,13 @@ def main(argv=None) -> int:
     device.setup_device(verbose=False)  # before the student's @triton.jit
     saved = [(ns, dict(vars(ns))) for ns in _guarded_namespaces()]
     import_system = _ImportSystem()
-    spec = importlib.util.spec_from_file_location("student_answer", args.answer.resolve())
-    module = importlib.util.module_from_spec(spec)
+    # The answer runs as a notebook's cells do: in a module named __main__ with no __file__,
+    # under a kernel's argv (this process's own arguments say which cases are graded).
+    module = types.ModuleType("__main__")
+    sys.modules["__main__"], sys.argv = module, list(KERNEL_ARGV)
     sys.meta_path.insert(0, _HiddenPackages)
     try:
-        spec.loader.exec_module(module)
+        exec(compile(args.answer.read_text(), str(args.answer.resolve()), "exec"), vars(module))
         error = None
     except Exception as exc:  # the answer cell itself fails when run on its own
         # a syntax error's line number counts from the top of setup + answers: show the line

@@ -130,8 +130,10 @@ def test_a_broken_answer_cell_is_explained(graded_here):
 def test_the_answer_cannot_see_that_it_is_graded(graded_here, monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     reference = solution_section("solutions/vector_add.py", "add")
-    write_notebook(graded_here, reference + "\nimport os\nif 'NBGRADER_EXECUTION' in os.environ or "
-                   f"'{isolation.ISOLATE_VAR}' in os.environ:\n    add = None")
+    write_notebook(graded_here, reference + "\nimport os, sys\nif 'NBGRADER_EXECUTION' in os.environ or "
+                   f"'{isolation.ISOLATE_VAR}' in os.environ or __name__ != '__main__' or '__file__' in "
+                   "globals() or 'autograder' in ' '.join(sys.argv) or 'hidden' in sys.argv or "
+                   "'grad' in os.getcwd() or 'answer' in add.__code__.co_filename:\n    add = None")
     assert isolated().correct
 
 
