@@ -274,9 +274,10 @@ def grading_table(rows: list[dict]) -> list[str]:
             lines.append(f"| {r['exercise']} | error: {_cell(r['error'])} |" + " |" * 8)
             continue
         spread = f"{min(r['ratios']):.3f}–{max(r['ratios']):.3f}" if r["ratios"] else "–"
+        when = f" (re-measured {r['run']['date']})" if "run" in r else ""
         rate = "–" if r["rate"] is None else f"{r['rate']:,.0f} {r['unit']}"
         baseline_rate = "–" if r["baseline_rate"] is None else f"{r['baseline_rate']:,.0f} {r['unit']}"
-        lines.append(f"| {r['exercise']} | {r['correct']} | {r['case']} | ≥ {r['threshold']:g}× {r['baseline']} | "
+        lines.append(f"| {r['exercise']}{when} | {r['correct']} | {r['case']} | ≥ {r['threshold']:g}× {r['baseline']} | "
                      f"{_or_dash(r['median_ratio'], '.3f')} | {spread} | {rate} | {baseline_rate} | "
                      f"{_or_dash(r['peak_fraction'], '.1%')} | {', '.join(r['verdicts'])} |")
     return lines + [""]

@@ -37,18 +37,19 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
 def run_cases(exercise: Exercise, fn, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
     """Run ``fn`` on fresh inputs for every case; keep earlier outputs to catch reuse."""
     earlier: list[torch.Tensor] = []
-    results = []
+    results, faulted = [], False
     for i, case in enumerate(cases):
-        if results and is_cuda_fault(results[-1].message):  # nothing can run on this GPU any more
+        if faulted:  # nothing can run on this GPU any more
             results.append(CaseResult(case.label, False, NOT_RUN_AFTER_FAULT))
-        else:
-            results.append(_run_case(exercise, fn, case, seed + i, device, earlier))
+            continue
+        results.append(_run_case(exercise, fn, case, seed + i, device, earlier))
+        faulted = is_cuda_fault(results[-1].message)
     return results
 
 
 def is_cuda_fault(text: str) -> bool:
     """Whether an error message is a CUDA fault that leaves the context unusable."""
-    return _CUDA_FAULT.search(text) is not None or text == NOT_RUN_AFTER_FAULT
+    return _CUDA_FAULT.search(text) is not None
 
 
 def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:

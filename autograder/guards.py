@@ -27,12 +27,15 @@ DATA_MOVEMENT_OPS = frozenset({
 
 
 class Seal:
-    """The functions and classes a verdict relies on, as they were when the seal was made: in
-    PyTorch's and Triton's testing namespaces, the builtins and every loaded ``autograder``
-    module. ``broken()`` names those replaced or removed since; ``restore()`` puts them back."""
+    """Attributes of ``namespaces`` as they were when the seal was made; by default the functions
+    and classes a verdict relies on, in the builtins, ``torch`` (its ``Tensor``, ``cuda`` and
+    ``testing``), ``triton.testing`` and every loaded ``autograder`` module. ``broken()`` names
+    those replaced or removed since; ``restore()`` puts them back."""
 
-    def __init__(self):
-        self.saved = [(ns, {k: v for k, v in vars(ns).items() if _sealed(v)}) for ns in _sealed_namespaces()]
+    def __init__(self, namespaces=None, callables_only: bool = True):
+        keep = _sealed if callables_only else (lambda value: True)
+        self.saved = [(ns, {k: v for k, v in vars(ns).items() if keep(v)})
+                      for ns in (_sealed_namespaces() if namespaces is None else namespaces)]
 
     def broken(self) -> list[str]:
         return [f"{getattr(ns, '__name__', ns)}.{name}" for ns, name, _ in self._changed()]

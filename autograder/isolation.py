@@ -131,25 +131,20 @@ class _HiddenPackages:
 
 class _ImportSystem:
     """What decides which checker the fresh import finds, saved before the answer runs: the
-    import finders and hooks, ``sys.path``, the ``autograder`` package's own path and the
-    builtins (a replaced ``__import__`` would hand back a rigged module)."""
+    import finders and hooks, ``sys.path`` and the ``autograder`` package's own path (the
+    builtins, ``__import__`` among them, are in :func:`_guarded_namespaces`)."""
 
     def __init__(self):
-        import builtins
         import autograder
-        self.builtins, self.package = builtins, autograder
+        self.package = autograder
         self.meta_path, self.path_hooks, self.path = list(sys.meta_path), list(sys.path_hooks), list(sys.path)
-        self.package_path, self.saved_builtins = list(autograder.__path__), dict(vars(builtins))
+        self.package_path = list(autograder.__path__)
 
     def restore(self) -> None:
         sys.meta_path[:] = [_HiddenPackages, *self.meta_path]
         sys.path_hooks[:], sys.path[:] = self.path_hooks, self.path
         sys.path_importer_cache.clear()
         self.package.__path__[:] = self.package_path
-        for name in set(vars(self.builtins)) - set(self.saved_builtins):
-            delattr(self.builtins, name)
-        for name, value in self.saved_builtins.items():
-            setattr(self.builtins, name, value)
 
 
 def _name_memory_exhaustion(result: CheckResult) -> None:
@@ -165,10 +160,11 @@ interpreter bounds check is already installed (a fresh copy would raise a differ
 
 
 def _guarded_namespaces():
+    import builtins
     import torch
     import triton.testing
     from . import guards
-    return [torch, torch.Tensor, torch.cuda, torch.testing, triton.testing, guards]
+    return [builtins, torch, torch.Tensor, torch.cuda, torch.testing, triton.testing, guards]
 
 
 def main(argv=None) -> int:
@@ -185,8 +181,8 @@ def main(argv=None) -> int:
     sandbox.limit_memory()
     from . import device
     device.setup_device(verbose=False)  # before the student's @triton.jit
-    saved = [(ns, dict(vars(ns))) for ns in _guarded_namespaces()]
-    import_system = _ImportSystem()
+    from .guards import Seal
+    seal, import_system = Seal(_guarded_namespaces(), callables_only=False), _ImportSystem()
     # The answer runs as a notebook's cells do: in a module named __main__ with no __file__,
     # under a kernel's argv (this process's own arguments say which cases are graded).
     module = types.ModuleType("__main__")
@@ -202,11 +198,8 @@ def main(argv=None) -> int:
         if sandbox.ran_out_of_memory(error):
             error = f"your code {sandbox.memory_note()}: {error}"
     namespace = vars(module)
-    for ns, attributes in saved:  # undo replaced torch/triton/guards functions
-        for name, value in attributes.items():
-            if vars(ns).get(name) is not value:
-                setattr(ns, name, value)
-    import_system.restore()  # finders, import paths and builtins the answer added or changed
+    seal.restore()  # whatever the answer replaced in the builtins, torch, triton.testing, guards
+    import_system.restore()  # and the finders and import paths it added or changed
     for name in [m for m in sys.modules if m.startswith("autograder.") and m not in _KEPT_MODULES]:
         del sys.modules[name]  # a fresh checker: module-level patches of the old one stay behind
     from autograder.check import check

@@ -446,3 +446,5 @@ def test_merge_folds_a_partial_run_into_the_full_one(tmp_path):
     report = (full / "RESULTS.md").read_text()
     assert "| flash_attention | seq 4096 | ≥ 0.80× F.scaled_dot_product_attention | 0.938× | – | met |" in report
     assert "Re-measured 2026-12-24 (torch" in report
+    assert "| ps3_online_softmax (re-measured 2026-12-24) | 16/17 |" in report
+    assert "| ps1_vector_add | 20/20 |" in report
