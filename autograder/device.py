@@ -52,6 +52,15 @@ def setup_device(verbose: bool = True) -> DeviceChoice:
     return _choice
 
 
+def start_cuda() -> None:
+    """Create this process's CUDA context now: the driver opens its device files and reads its
+    settings here, so a process that then confines itself (:mod:`autograder.confine`) keeps the GPU."""
+    import torch
+
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+
+
 def current() -> DeviceChoice:
     """The choice made by :func:`setup_device`, making it silently if nobody has yet."""
     return _choice or setup_device(verbose=False)

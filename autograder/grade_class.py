@@ -20,7 +20,7 @@ from nbgrader.api import Gradebook, MissingEntry
 
 import solutions
 
-from . import sandbox
+from . import confine, sandbox
 from .autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
 STUDENT_TIMEOUT_S = 1800
@@ -188,6 +188,7 @@ def main(argv=None) -> int:
     parser.add_argument("--course", type=Path, default=Path.cwd(), help="the course root (default: here)")
     parser.add_argument("--student", action="append", help="grade only this student (repeatable)")
     args = parser.parse_args(argv)
+    print(confine.summary())
     grades = grade_class(args.course.resolve(), args.assignment, args.student)
     if not grades:
         print(f"no submissions for {args.assignment} in {args.course / 'submitted'}: run `nbgrader collect` first")

@@ -9,7 +9,8 @@ attribute they replaced, imports the checker anew, and sends back the verdict as
 
 That process starts in an empty scratch folder with a scrubbed environment, caps its own
 memory, cannot import the reference solutions and is killed at a time limit
-(:mod:`autograder.sandbox`). A crash, a hang or exhausted memory costs only that test, and
+(:mod:`autograder.sandbox`); where the kernel has Landlock it also confines itself to reading
+the system's and Python's files and writing its scratch folder (:mod:`autograder.confine`). A crash, a hang or exhausted memory costs only that test, and
 the verdict says which it was; whatever the code prints is dropped, past a few kilobytes.
 
 ``python -m autograder.isolation ANSWER.py EXERCISE FUNCTION ...`` is that process's entry point.
@@ -25,7 +26,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from . import sandbox
+from . import confine, sandbox
 from .report import CaseResult, CheckResult, from_json, to_json
 
 ISOLATE_VAR = "TRITON_COURSE_ISOLATE"
@@ -180,7 +181,14 @@ def main(argv=None) -> int:
 
     sandbox.limit_memory()
     from . import device
-    device.setup_device(verbose=False)  # before the student's @triton.jit
+    if device.setup_device(verbose=False).has_gpu:  # before the student's @triton.jit
+        device.start_cuda()  # and before confining: the driver opens its files here
+    try:
+        confine.confine(Path.cwd())  # before anything of the student's is read
+    except confine.ConfinementError as error:
+        args.out.write_text(to_json(_failed(args.exercise, f"grading could not confine your code ({error}), so "
+                                            "none of it ran: tell your instructor.")))
+        return 0
     from .guards import Seal
     seal, import_system = Seal(_guarded_namespaces(), callables_only=False), _ImportSystem()
     # The answer runs as a notebook's cells do: in a module named __main__ with no __file__,

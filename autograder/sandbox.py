@@ -1,15 +1,15 @@
 """A process for a student's code: a scratch folder to run in, a scrubbed environment, a
 memory cap, a time limit, and a bounded copy of what it prints.
 
-This is what one machine can do without containers. By default the student's code runs as the
-grader's user, so any file that user can read is readable by absolute path (the interpreter's
-own path, ``sys.executable``, points into the course's environment), and ``/proc`` shows the
-parent process's working folder. What it removes is every *easy* way in: the working folder,
-the variables nbgrader and Jupyter set, and the ``solutions`` package (blocked in
-:mod:`autograder.isolation`). When grading runs as root, :data:`GRADING_USER_VAR` names an
-unprivileged user (``nobody``) to run the student's code as instead: then only what that user
-may read is readable, and the instructor's folders (submissions, sources, the gradebook) are
-closed to it with ordinary permissions (:func:`close_to_others`).
+This is what one machine can do without containers. The student's code runs as the grader's
+user; what this module removes is every *easy* way in: the working folder, the variables
+nbgrader and Jupyter set, a shared Triton cache (each process compiles into its own), and the
+``solutions`` package (blocked in :mod:`autograder.isolation`). Reading the course's files by
+absolute path is stopped by Landlock where the kernel has it (:mod:`autograder.confine`, which
+the grading process applies to itself). When grading runs as root, :data:`GRADING_USER_VAR`
+names an unprivileged user (``nobody``) to run the student's code as as well: then only what
+that user may read is readable, and the instructor's folders (submissions, sources, the
+gradebook) are closed to it with ordinary permissions (:func:`close_to_others`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 MEMORY_LIMIT_VAR = "TRITON_COURSE_MEMORY_LIMIT_GB"
 """Most memory (GiB) one grading process may use; ``0`` for no cap. Default: half the machine's."""
-KEPT_VARIABLES = frozenset({"PATH", "HOME", "LANG", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX"})
+KEPT_VARIABLES = frozenset({"PATH", "LANG", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX"})
 KEPT_PREFIXES = ("LC_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_")
 """Locale, Triton's and CUDA's own settings and thread counts; nothing nbgrader or Jupyter set."""
 GRADING_USER_VAR = "TRITON_COURSE_GRADING_USER"
@@ -59,10 +59,11 @@ def memory_limit_bytes() -> int | None:
 
 def clean_environment(scratch: Path, hide: tuple[str, ...] = ()) -> dict[str, str]:
     """The variables a grading process needs, none of nbgrader's or Jupyter's, nor those in
-    ``hide``; temporary files go to ``scratch``."""
+    ``hide``; home, temporary files and Triton's cache are in ``scratch``, so nothing one
+    student's code compiles or leaves behind reaches the next."""
     env = {k: v for k, v in os.environ.items()
            if (k in KEPT_VARIABLES or k.startswith(KEPT_PREFIXES)) and k not in hide}
-    env["TMPDIR"] = str(scratch)
+    env.update(TMPDIR=str(scratch), HOME=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"))
     return env
 
 
@@ -104,16 +105,14 @@ def close_to_others(*paths: Path) -> None:
                 path.chmod(path.stat().st_mode & ~0o007)
 
 
-def _as_grading_user(cwd: Path, env: dict[str, str]) -> dict:
-    """Popen arguments that run as the grading user, who gets ``cwd`` (its home, and Triton's
-    cache: the grader's cache is not its to write)."""
+def _as_grading_user(cwd: Path) -> dict:
+    """Popen arguments that run as the grading user, who is given ``cwd``."""
     user = grading_user()
     if user is None:
         return {}
     _check_interpreter_runs_as(user, sys.executable)
     for path in [cwd, *cwd.rglob("*")]:
         os.chown(path, user.pw_uid, user.pw_gid)
-    env.update(HOME=str(cwd), TRITON_CACHE_DIR=str(cwd / ".triton"))
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
@@ -137,7 +136,7 @@ def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = 
     gigabytes costs neither memory nor disk."""
     env = clean_environment(cwd, hide)
     process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True, **_as_grading_user(cwd, env))
+                               stderr=subprocess.STDOUT, start_new_session=True, **_as_grading_user(cwd))
     head, tail, dropped = "", "", 0
 
     def read() -> None:

@@ -4,7 +4,9 @@ a reason in the summary table and in its graded notebook and feedback; everyone 
 graded exactly, and grading again gives the same grades."""
 import csv
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 from nbgrader.converters import Autograde
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import isolation, sandbox
+from autograder import confine, isolation, sandbox
 from autograder.grade_class import grade_class, table
 from conftest import ROOT
 from test_nbgrader_pipeline import (PS1, VECTOR_ADD, cell_scores, expected_unmasked_points, nbgrader,
@@ -28,7 +30,7 @@ REF = reference(PS1)
 FULL = {"test_correctness": 3.0, "test_hidden": 3.0, "test_throughput": 0.0}  # no GPU: throughput 0
 ZERO = {"test_correctness": 0.0, "test_hidden": 0.0, "test_throughput": 0.0}
 
-from test_isolation import ZEROS  # noqa: E402  an add that launches a kernel and returns zeros
+from test_isolation import ZEROS, _as_root_with_nobody, python_for_nobody  # noqa: E402,F401
 # Everything the answer cells could use to reach the course: if any is found, they raise.
 SNOOP = '''
 import os, pathlib, sys
@@ -59,6 +61,13 @@ def _noisy_add(x, y, _add=add):
 
 add = _noisy_add
 '''
+VANDAL = '''
+import os, signal
+try:
+    os.kill(os.getppid(), 0)  # never on an unconfined grader: the next line would end every process of this user
+except PermissionError:
+    os.kill(-1, signal.SIGKILL)  # confined, it reaches no process but its own
+'''
 RIGGED_GRADE = ZEROS + '''
 
 def grade(exercise, fn, part):  # in the tests' kernel this would score every test
@@ -75,14 +84,43 @@ ANSWERS = {
     "raises": REF.replace("def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:",
                           "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
                           "    if x.numel() % 1024:\n        raise ValueError('ragged sizes are next week')"),
-    "nosy": REF + NOISY + SNOOP,  # prints megabytes, looks for the course, finds nothing
+    "nosy": REF + NOISY + SNOOP,  # prints megabytes, looks for the course, finds nothing (+ reach())
     "mallory": RIGGED_GRADE,
     "no_function": "def plus(x, y):\n    return x + y\n",
     "bad_signature": "def add(x):\n    return x\n",
     "syntax_error": "def add(x, y)\n    return x + y\n",
 }
+if confine.abi() >= 6:  # Landlock, signals scoped: grading must survive this one
+    ANSWERS["vandal"] = REF + VANDAL
 UNREADABLE = {"not_json": '{"cells": [ this is not JSON', "no_cells": None}
 REGRADED = ["raises", "mallory"]
+
+
+
+
+def reach(course: Path, listing: bool = True) -> str:
+    """Answer code that opens the course's files by absolute path (and lists the course, if
+    ``listing``) and signals its grader; it raises if any of that works."""
+    paths = [course] * listing + [course / "gradebook.db", course / "source" / PS1 / f"{PS1}.ipynb",
+                                  course / "submitted" / "ada" / PS1 / f"{PS1}.ipynb",
+                                  ROOT / "solutions" / "vector_add.py"]
+    return f'''
+import os
+_reached = []
+for _path in {[str(p) for p in paths]!r}:
+    try:
+        os.listdir(_path) if os.path.isdir(_path) else open(_path).close()
+        _reached.append(_path)
+    except PermissionError:
+        pass
+try:
+    os.kill(os.getppid(), 0)
+    _reached.append("signalled the grader")
+except PermissionError:
+    pass
+if _reached:
+    raise RuntimeError("grading exposed: " + ", ".join(_reached))
+'''
 
 
 def cell(nb, name):
@@ -104,7 +142,7 @@ def tamper(nb) -> None:
     nb.cells.insert(cell(nb, "add"), answer)
 
 
-def submit(course, student: str) -> None:
+def submit(course, student: str, listing: bool = True) -> None:
     folder = course / "submitted" / student / PS1
     folder.mkdir(parents=True)
     path = folder / f"{PS1}.ipynb"
@@ -113,7 +151,7 @@ def submit(course, student: str) -> None:
             {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
         return
     nb = nbformat.read(course / "release" / PS1 / f"{PS1}.ipynb", as_version=4)
-    nb.cells[cell(nb, VECTOR_ADD.function)].source = ANSWERS[student]
+    nb.cells[cell(nb, VECTOR_ADD.function)].source = ANSWERS[student] + (reach(course, listing) if student == "nosy" else "")
     if student == "mallory":
         tamper(nb)
     nbformat.write(nb, path)
@@ -139,7 +177,7 @@ def graded(tmp_path_factory):
 
 
 EXPECTED = {student: ZERO for student in [*ANSWERS, *UNREADABLE]} | {
-    "ada": FULL, "nosy": FULL, "raises": expected_unmasked_points()}
+    s: FULL for s in ("ada", "nosy", "vandal") if s in ANSWERS} | {"raises": expected_unmasked_points()}
 
 REASON = {
     "exit_at_import": "your code crashed the grading process (exit code 1).",
@@ -197,7 +235,7 @@ def test_the_student_reads_the_cause_in_the_graded_notebook_and_the_feedback(gra
 
 def test_good_and_noisy_students_pass_with_their_output_left_out(graded):
     course, grades, _, _, _ = graded
-    for student in ("ada", "nosy"):  # nosy found nothing of the course to read, or it would raise
+    for student in ("ada", "nosy"):  # nosy reached nothing of the course, or it would raise
         assert grades[student].failing == ["test_throughput"] and grades[student].notes == []
     assert grades["raises"].reasons[0].startswith("test_correctness: partial credit; the first failure, 1 float32: ")
     graded_notebook = course / "autograded" / "nosy" / PS1 / f"{PS1}.ipynb"
@@ -228,6 +266,30 @@ def test_grading_again_gives_the_same_grades(graded):
     assert set(again) == set(REGRADED)
     assert second == {s: first[s] for s in REGRADED}
     assert all(again[s].notes == grades[s].notes for s in REGRADED)
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_as_a_grading_user_the_class_is_graded_and_permissions_alone_keep_the_course_closed(
+        monkeypatch, python_for_nobody):
+    folder = Path(tempfile.mkdtemp(prefix="instructor-"))  # open to all, as a course folder may be
+    folder.chmod(0o755)
+    solutions = ROOT / "solutions"
+    modes = {p: p.stat().st_mode for p in [solutions, *solutions.rglob("*")]}  # grade_class closes them
+    try:
+        course = new_course(folder, PS1)
+        for student in ("ada", "nosy"):  # nosy may list the course root: the folders in it are closed
+            submit(course, student, listing=False)
+        monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+        monkeypatch.setenv(confine.READABLE_VAR, f"{course}:{ROOT}")  # Landlock lets all through
+        monkeypatch.setenv(isolation.TIMEOUT_VAR, str(TIMEOUT_S))
+        monkeypatch.setenv(sandbox.MEMORY_LIMIT_VAR, str(MEMORY_GB))
+        grades = {g.student: g for g in grade_class(course, PS1)}
+        assert {s: cell_scores(course, PS1, s) for s in grades} == {"ada": FULL, "nosy": FULL}, grades
+        assert (course / "submitted" / "ada").stat().st_mode & 0o007 == 0
+    finally:
+        for path, mode in modes.items():
+            path.chmod(mode)
+        shutil.rmtree(folder)
 
 
 def test_autograde_steps_are_nbgraders_own_with_two_swapped_in():

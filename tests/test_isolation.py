@@ -193,6 +193,7 @@ def python_for_nobody(monkeypatch):
     subprocess.run([base, "-m", "venv", "--without-pip", folder / "env"], check=True)
     site = next((folder / "env" / "lib").glob("python3*/site-packages"))
     (site / "course.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    (folder / "env" / "bin" / "alembic").symlink_to(Path(sys.executable).parent / "alembic")  # nbgrader calls it
     monkeypatch.setattr(sys, "executable", str(folder / "env" / "bin" / "python3"))
     yield
     shutil.rmtree(folder)
@@ -202,7 +203,7 @@ def python_for_nobody(monkeypatch):
 def test_a_grading_user_cannot_read_what_is_closed_to_it(graded_here, monkeypatch, python_for_nobody):
     import tempfile
     from pathlib import Path
-    from autograder import sandbox
+    from autograder import confine, sandbox
 
     folder = Path(tempfile.mkdtemp(prefix="instructor-"))
     folder.chmod(0o755)
@@ -211,6 +212,7 @@ def test_a_grading_user_cannot_read_what_is_closed_to_it(graded_here, monkeypatc
     reference = solution_section("solutions/vector_add.py", "add")
     write_notebook(graded_here, reference + f"\nSTOLEN = open({str(folder / 'answers.txt')!r}).read()")
     monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+    monkeypatch.setenv(confine.READABLE_VAR, str(folder))  # open to Landlock: only permissions decide
     assert isolated().correct  # readable by anyone: the grading user reads it too
     sandbox.close_to_others(folder)
     message = isolated().cases[0].message

@@ -1,0 +1,184 @@
+"""Confine a grading process with Linux's Landlock: it may read the system's and Python's
+files, write only its own scratch folder, open no TCP connection, and neither signal nor
+trace any process outside itself.
+
+Landlock needs no root: a process restricts itself, for good, and everything it starts
+inherits the restriction. :func:`confine` is called by the grading process before the
+student's code runs, so that code cannot open the course's files (other submissions, the
+source notebooks with their hidden tests, the gradebook, the reference solutions) even by
+absolute path, cannot kill the grader (``os.kill(-1, SIGKILL)`` would otherwise end every
+process of the grader's user) and cannot read its memory through ``/proc``.
+
+Landlock is in Linux since 5.13 (2021) when the kernel enables it (``lsm=...,landlock``);
+TCP rules need ABI 4 (Linux 6.7), signal scoping ABI 6 (6.12). Where it is missing,
+:func:`abi` is 0 and grading runs unconfined, as :func:`summary` tells the instructor.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import site
+import sys
+from pathlib import Path
+
+READABLE_VAR = "TRITON_COURSE_READABLE_PATHS"
+"""More folders (``:``-separated) a grading process may read, for libraries installed off the
+usual places (e.g. a CUDA toolkit under ``/opt``)."""
+SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys")
+"""Read-only to the grading process: the operating system and its libraries (CUDA's driver among them)."""
+
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+# filesystem rights, by the ABI that introduced them (bits 0-12 in ABI 1)
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_RIGHTS = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_TRUNCATE, _IOCTL_DEV = 1 << 14, 1 << 15
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV
+"""The rights that apply to a file (the others are about folders' entries)."""
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+_NET_TCP = 0b11  # bind and connect, ABI 4
+_SCOPE_SIGNAL_AND_ABSTRACT_SOCKETS = 0b11  # ABI 6
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class ConfinementError(OSError):
+    """Landlock is there but refused the rules: grading must not go on unconfined."""
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _syscall(number: int, *args) -> int:
+    result = _libc.syscall(ctypes.c_long(number), *args)
+    if result < 0:
+        error = ctypes.get_errno()
+        raise ConfinementError(error, f"Landlock system call {number}: {os.strerror(error)}")
+    return result
+
+
+@functools.cache
+def abi() -> int:
+    """The Landlock ABI version this kernel offers; 0 when it has none (or it is disabled)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        return _syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    except ConfinementError:
+        return 0
+
+
+def _handled_fs(version: int) -> int:
+    return _FS_RIGHTS[max(v for v in _FS_RIGHTS if v <= version)]
+
+
+def python_folders() -> list[Path]:
+    """Where this interpreter and its packages live (a venv and the Python it was made from),
+    and the autograder package's own folder."""
+    import autograder
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+               *(p for p in sys.path if p and Path(p).is_dir()), *autograder.__path__}
+    return sorted({Path(f).resolve() for f in folders})
+
+
+def tool_folders() -> list[Path]:
+    """Where the C compiler Triton builds its GPU launcher with is installed (``/opt/gcc``
+    for ``/opt/gcc/bin/gcc``), and the folders of the libraries this process has loaded
+    (the CUDA driver's, wherever the machine keeps it: the compiler links against it)."""
+    compilers = [shutil.which(name) for name in (os.environ.get("CC", ""), "cc", "gcc", "clang") if name]
+    prefixes = {p.parent.parent if p.parent.name == "bin" and p.parent.parent != Path.home() else p.parent
+                for p in (Path(c).resolve() for c in compilers if c)}  # ~/bin/gcc: ~/bin, not the home
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        maps = []
+    libraries = {Path(line.split(maxsplit=5)[5]).parent for line in maps
+                 if len(line.split(maxsplit=5)) == 6 and ".so" in line.rsplit("/", 1)[-1]}
+    return sorted(prefixes | libraries)
+
+
+def readable_folders() -> list[Path]:
+    """Every folder the grading process may read: system, Python, tools, library paths and
+    :data:`READABLE_VAR`; none that holds the course (but what :data:`READABLE_VAR` names)."""
+    extra = [os.environ.get(name, "") for name in ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")]
+    found = [Path(p).resolve() for text in extra for p in text.split(os.pathsep) if p]
+    course = _course_checkout()
+    found = [f for f in [*python_folders(), *tool_folders(), *found]
+             if course is None or (f != course and f not in course.parents)]
+    listed = [Path(p) for p in os.environ.get(READABLE_VAR, "").split(os.pathsep) if p]
+    return list(dict.fromkeys([*map(Path, SYSTEM_FOLDERS), *found, *listed]))
+
+
+def _course_checkout() -> Path | None:
+    """The course repository the autograder package was loaded from, if it was (not an install)."""
+    import autograder
+    root = Path(autograder.__path__[0]).resolve().parent
+    return root if (root / "solutions").is_dir() else None
+
+
+def confine(writable: Path) -> int:
+    """Restrict this process (and all it starts) for good: read :func:`readable_folders`,
+    write ``writable`` and the devices in ``/dev``, nothing else; no TCP, no signals or
+    tracing beyond itself. Returns the ABI used; 0 (doing nothing) where Landlock is missing.
+    Raises :class:`ConfinementError` when Landlock is there but the rules fail."""
+    version = abi()
+    if version == 0:
+        return 0
+    handled = _handled_fs(version)
+    attr = _RulesetAttr(handled, _NET_TCP if version >= 4 else 0,
+                        _SCOPE_SIGNAL_AND_ABSTRACT_SOCKETS if version >= 6 else 0)
+    size = 8 if version < 4 else 16 if version < 6 else 24
+    ruleset = _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    try:
+        rules = [(folder, _READ) for folder in readable_folders()]
+        # devices can be opened for writing (a GPU's), but nothing can be made in /dev (/dev/shm)
+        rules += [(Path("/dev"), _READ | _WRITE_FILE | _TRUNCATE | _IOCTL_DEV), (writable, handled)]
+        for path, rights in rules:
+            _allow(ruleset, path, rights & handled)
+        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        _syscall(_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
+    return version
+
+
+def _allow(ruleset: int, path: Path, rights: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:  # a folder this machine does not have
+        return
+    try:
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            rights &= _FILE_RIGHTS
+        rule = _PathBeneathAttr(rights, fd)
+        _syscall(_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
+                 ctypes.c_uint32(0))
+    finally:
+        os.close(fd)
+
+
+def summary() -> str:
+    """One line for the instructor: how the student's code is confined on this machine."""
+    version = abi()
+    if version == 0:
+        return ("Student code is NOT confined: this kernel has no Landlock (Linux 5.13+ with landlock "
+                "in lsm=), so it can read any file your user can by absolute path. Grade as root "
+                "with TRITON_COURSE_GRADING_USER=nobody, or on a kernel with Landlock.")
+    limits = ["reads only the system's and Python's files", "writes only its scratch folder"]
+    limits += ["opens no TCP connection"] if version >= 4 else []
+    limits += ["cannot signal the grader"] if version >= 6 else []
+    return f"Student code is confined by Landlock (ABI {version}): it " + ", ".join(limits) + "."
