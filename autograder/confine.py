@@ -129,9 +129,9 @@ def _course_checkout() -> Path | None:
     return root if (root / "solutions").is_dir() else None
 
 
-def confine(writable: Path) -> int:
+def confine(*writable: Path) -> int:
     """Restrict this process (and all it starts) for good: read :func:`readable_folders`,
-    write ``writable`` and the devices in ``/dev``, nothing else; no TCP, no signals or
+    write the folders ``writable`` and the devices in ``/dev``, nothing else; no TCP, no signals or
     tracing beyond itself. Returns the ABI used; 0 (doing nothing) where Landlock is missing.
     Raises :class:`ConfinementError` when Landlock is there but the rules fail."""
     version = abi()
@@ -145,7 +145,7 @@ def confine(writable: Path) -> int:
     try:
         rules = [(folder, _READ) for folder in readable_folders()]
         # devices can be opened for writing (a GPU's), but nothing can be made in /dev (/dev/shm)
-        rules += [(Path("/dev"), _READ | _WRITE_FILE | _TRUNCATE | _IOCTL_DEV), (writable, handled)]
+        rules += [(Path("/dev"), _READ | _WRITE_FILE | _TRUNCATE | _IOCTL_DEV), *((w, handled) for w in writable)]
         for path, rights in rules:
             _allow(ruleset, path, rights & handled)
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -178,7 +178,7 @@ def summary() -> str:
         return ("Student code is NOT confined: this kernel has no Landlock (Linux 5.13+ with landlock "
                 "in lsm=), so it can read any file your user can by absolute path. Grade as root "
                 "with TRITON_COURSE_GRADING_USER=nobody, or on a kernel with Landlock.")
-    limits = ["reads only the system's and Python's files", "writes only its scratch folder"]
+    limits = ["reads only the system's and Python's files", "writes only its scratch folder and Triton cache"]
     limits += ["opens no TCP connection"] if version >= 4 else []
     limits += ["cannot signal the grader"] if version >= 6 else []
     return f"Student code is confined by Landlock (ABI {version}): it " + ", ".join(limits) + "."

@@ -18,9 +18,12 @@ the verdict says which it was; whatever the code prints is dropped, past a few k
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import json
 import os
 import secrets
+import shutil
 import sys
 import tempfile
 import types
@@ -87,7 +90,8 @@ def check_in_subprocess(exercise: str, function: str, *, cases: str, measure_thr
                "--cases", cases, "--out", "result.json"] + (["--throughput"] if measure_throughput else []) \
             + ([] if seed is None else ["--seed", str(seed)])
         # the student's code should not see that it is graded (nbgrader's variables go too)
-        done = sandbox.run(cmd, cwd=scratch, timeout_s=timeout_s, hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR))
+        done = sandbox.run(cmd, cwd=scratch, timeout_s=timeout_s, hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR),
+                           cache=compile_cache())
         if (scratch / "result.json").exists():
             return from_json((scratch / "result.json").read_text())
     last = "\n".join(line[:300] for line in done.output.strip().splitlines()[-6:])
@@ -98,6 +102,16 @@ def check_in_subprocess(exercise: str, function: str, *, cases: str, measure_thr
     if sandbox.ran_out_of_memory(done.output):
         return _failed(exercise, f"your code {sandbox.memory_note()}, which ended the grading process ({how}).{last}")
     return _failed(exercise, f"your code crashed the grading process ({how}).{last}")
+
+
+@functools.cache
+def compile_cache() -> Path:
+    """Triton's cache for the clean processes this one starts: one per grading kernel, that is
+    per student's notebook, so that student's tests share compiled kernels and no one else's
+    code reaches them."""
+    path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 class GradedElsewhere:
@@ -183,8 +197,9 @@ def main(argv=None) -> int:
     from . import device
     if device.setup_device(verbose=False).has_gpu:  # before the student's @triton.jit
         device.start_cuda()  # and before confining: the driver opens its files here
+    cache = os.environ.get("TRITON_CACHE_DIR")  # this student's own (compile_cache)
     try:
-        confine.confine(Path.cwd())  # before anything of the student's is read
+        confine.confine(Path.cwd(), *([Path(cache)] if cache else []))  # before anything of the student's is read
     except confine.ConfinementError as error:
         args.out.write_text(to_json(_failed(args.exercise, f"grading could not confine your code ({error}), so "
                                             "none of it ran: tell your instructor.")))

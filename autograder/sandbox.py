@@ -3,7 +3,7 @@ memory cap, a time limit, and a bounded copy of what it prints.
 
 This is what one machine can do without containers. The student's code runs as the grader's
 user; what this module removes is every *easy* way in: the working folder, the variables
-nbgrader and Jupyter set, a shared Triton cache (each process compiles into its own), and the
+nbgrader and Jupyter set, a Triton cache shared with other students' code, and the
 ``solutions`` package (blocked in :mod:`autograder.isolation`). Reading the course's files by
 absolute path is stopped by Landlock where the kernel has it (:mod:`autograder.confine`, which
 the grading process applies to itself). When grading runs as root, :data:`GRADING_USER_VAR`
@@ -57,13 +57,13 @@ def memory_limit_bytes() -> int | None:
     return int(gib * 2**30) if gib > 0 else None
 
 
-def clean_environment(scratch: Path, hide: tuple[str, ...] = ()) -> dict[str, str]:
+def clean_environment(scratch: Path, hide: tuple[str, ...] = (), cache: Path | None = None) -> dict[str, str]:
     """The variables a grading process needs, none of nbgrader's or Jupyter's, nor those in
-    ``hide``; home, temporary files and Triton's cache are in ``scratch``, so nothing one
-    student's code compiles or leaves behind reaches the next."""
+    ``hide``; home and temporary files are in ``scratch``, Triton's cache is ``cache`` (default:
+    in ``scratch``), so nothing one student's code compiles or leaves behind reaches the next."""
     env = {k: v for k, v in os.environ.items()
            if (k in KEPT_VARIABLES or k.startswith(KEPT_PREFIXES)) and k not in hide}
-    env.update(TMPDIR=str(scratch), HOME=str(scratch), TRITON_CACHE_DIR=str(scratch / ".triton"))
+    env.update(TMPDIR=str(scratch), HOME=str(scratch), TRITON_CACHE_DIR=str(cache or scratch / ".triton"))
     return env
 
 
@@ -105,13 +105,13 @@ def close_to_others(*paths: Path) -> None:
                 path.chmod(path.stat().st_mode & ~0o007)
 
 
-def _as_grading_user(cwd: Path) -> dict:
-    """Popen arguments that run as the grading user, who is given ``cwd``."""
+def _as_grading_user(*given: Path) -> dict:
+    """Popen arguments that run as the grading user, who is given the folders ``given``."""
     user = grading_user()
     if user is None:
         return {}
     _check_interpreter_runs_as(user, sys.executable)
-    for path in [cwd, *cwd.rglob("*")]:
+    for path in [p for folder in given for p in [folder, *folder.rglob("*")]]:
         os.chown(path, user.pw_uid, user.pw_gid)
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
@@ -130,13 +130,15 @@ def _check_interpreter_runs_as(user: pwd.struct_passwd, python: str) -> None:
                               "read it (not under /root).")
 
 
-def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = ()) -> Finished:
-    """Run ``cmd`` in ``cwd`` with a clean environment (less ``hide``); kill it, and anything it started, after
-    ``timeout_s``. Output is read as it comes and only its two ends are kept, so printing
-    gigabytes costs neither memory nor disk."""
-    env = clean_environment(cwd, hide)
+def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = (),
+        cache: Path | None = None) -> Finished:
+    """Run ``cmd`` in ``cwd`` with a clean environment (less ``hide``; Triton's cache ``cache``);
+    kill it, and anything it started, after ``timeout_s``. Output is read as it comes and only
+    its two ends are kept, so printing gigabytes costs neither memory nor disk."""
+    env = clean_environment(cwd, hide, cache)
     process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True, **_as_grading_user(cwd))
+                               stderr=subprocess.STDOUT, start_new_session=True,
+                               **_as_grading_user(cwd, *([cache] if cache else [])))
     head, tail, dropped = "", "", 0
 
     def read() -> None:

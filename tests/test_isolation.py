@@ -82,6 +82,14 @@ def test_the_reference_passes_in_a_clean_process(graded_here):
     assert isolated().correct
 
 
+def test_a_students_tests_share_a_compile_cache_of_their_own(graded_here):
+    mark = "\nimport os\nopen(os.path.join(os.environ['TRITON_CACHE_DIR'], 'graded'), 'a').write('x')\n"
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add") + mark)
+    assert isolated().correct and isolated().correct  # writable, confined or not
+    cache = isolation.compile_cache()
+    assert (cache / "graded").read_text() == "xx" and not cache.is_relative_to(graded_here)
+
+
 def test_a_rigged_checker_in_the_answer_cell_does_not_help(graded_here):
     write_notebook(graded_here, ZEROS + RIGGED_CHECKER)
     result = isolated()
