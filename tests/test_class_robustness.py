@@ -78,7 +78,7 @@ ANSWERS = {
     "ada": REF,
     "exit_at_import": REF + "\nimport os\nos._exit(1)\n",
     "segfault": "import ctypes\n\n\ndef add(x, y):\n    return ctypes.string_at(0)\n",
-    # reserving, not touching: the cap counts reservations, and touching 2 GB takes 20 s on 2 cores
+    # reserves, does not touch: the cap counts reservations (touching made its grading 21 s, not 12 s, here)
     "memory_hog": "def add(x, y):\n    hog = []\n    while True:\n        hog.append(torch.empty(2**28))\n",
     "forever": "def add(x, y):\n    while True:\n        pass\n",
     # right on whole blocks of 1024, raises on the rest: partial credit, like an unmasked kernel
