@@ -178,7 +178,8 @@ def summary() -> str:
         return ("Student code is NOT confined: this kernel has no Landlock (Linux 5.13+ with landlock "
                 "in lsm=), so it can read any file your user can by absolute path. Grade as root "
                 "with TRITON_COURSE_GRADING_USER=nobody, or on a kernel with Landlock.")
-    limits = ["reads only the system's and Python's files", "writes only its scratch folder and Triton cache"]
+    limits = ["reads only the system's, Python's, the compiler's and loaded libraries' folders",
+              "writes only its scratch folder and Triton cache"]
     limits += ["opens no TCP connection"] if version >= 4 else []
     limits += ["cannot signal the grader"] if version >= 6 else []
     return f"Student code is confined by Landlock (ABI {version}): it " + ", ".join(limits) + "."
