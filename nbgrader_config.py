@@ -12,7 +12,7 @@ c.Exchange.path_includes_course = True
 
 # A first call JIT-compiles its kernel (seconds on a GPU) and autotuning times every
 # configuration; the interpreter runs one program at a time. 30 s (the default) is too short.
-# Above autograder.isolation's 540 s per graded test, so a hang is reported by the test.
+# Above autograder.grading.judge's 240 s per graded test, so a hang is reported by the test.
 c.Execute.timeout = 600
 c.Execute.interrupt_on_timeout = True
 
@@ -23,18 +23,19 @@ c.IgnorePattern.pattern = r"[\s\S]*"
 
 # Autograde runs the instructor's cells only, each rebuilt from the gradebook: a deleted,
 # duplicated, edited or retyped locked cell is graded as released, and nothing the student
-# wrote runs in the tests' kernel. Each graded cell runs the answer cells in a clean process.
-# (autograder/autograde.py; these are nbgrader 0.9's lists with the two steps swapped in.)
+# wrote runs in the tests' kernel, which is the judge: each graded cell has the answer cells
+# run in a separate runner process and judges what comes back (autograder/grading/).
+# (autograder/grading/autograde.py; these are nbgrader 0.9's lists with the two steps swapped in.)
 c.Autograde.sanitize_preprocessors = [
     "nbgrader.preprocessors.ClearOutput",
-    "autograder.autograde.RestoreLockedCells",
+    "autograder.grading.autograde.RestoreLockedCells",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",
     "nbgrader.preprocessors.OverwriteCells",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 c.Autograde.autograde_preprocessors = [
-    "autograder.autograde.ExecuteInstructorCells",
+    "autograder.grading.autograde.ExecuteInstructorCells",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

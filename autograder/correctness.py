@@ -8,13 +8,12 @@ from pathlib import Path
 
 import torch
 
-from .guards import KernelTimeout, OutOfBoundsAccess, Seal, time_limit, watch
+from .guards import GuardZones, KernelTimeout, OutOfBoundsAccess, time_limit, watch
 from .report import CaseResult
 from .spec import Case, Exercise
 
 _PACKAGE_DIR = str(Path(__file__).parent)
 SHOWN_MISMATCHES = 5
-POISON_COPIES = 4
 _CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
                          r"|device-side assert|illegal instruction", re.IGNORECASE)
 """CUDA errors after which the process's CUDA context is unusable: every later call fails."""
@@ -34,16 +33,22 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
     return None
 
 
-def run_cases(exercise: Exercise, fn, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
-    """Run ``fn`` on fresh inputs for every case; keep earlier outputs to catch reuse."""
-    earlier: list[torch.Tensor] = []
-    results, faulted = [], False
+def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
+    """Make fresh inputs for every case, have ``call(inputs)`` run the student's function on
+    them (in this process, :class:`InProcess`, or in a runner, :mod:`autograder.grading`) and
+    judge what comes back against the reference. ``call`` returns ``(output, problem)``;
+    after a problem that ends the process (``call.ended``), the remaining cases are not run."""
+    results, ended = [], None
     for i, case in enumerate(cases):
-        if faulted:  # nothing can run on this GPU any more
-            results.append(CaseResult(case.label, False, NOT_RUN_AFTER_FAULT))
+        if ended:
+            results.append(CaseResult(case.label, False, ended))
             continue
-        results.append(_run_case(exercise, fn, case, seed + i, device, earlier))
-        faulted = is_cuda_fault(results[-1].message)
+        inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed + i), device)
+        out, problem = call(inputs)
+        if problem is None:
+            problem = judge_output(exercise, case, inputs, out)
+        results.append(CaseResult(case.label, problem is None, problem or ""))
+        ended = getattr(call, "ended", None) or (NOT_RUN_AFTER_FAULT if problem and is_cuda_fault(problem) else None)
     return results
 
 
@@ -52,63 +57,72 @@ def is_cuda_fault(text: str) -> bool:
     return _CUDA_FAULT.search(text) is not None
 
 
-def _run_case(exercise, fn, case, seed, device, earlier) -> CaseResult:
-    inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), device)
-    given = tuple(_clone_keeping_strides(t) if isinstance(t, torch.Tensor) else t for t in inputs)
+class InProcess:
+    """Calls the student's function in this process: the self-check's way, best effort (the
+    function could change anything here, the checker included)."""
+
+    ended = None
+
+    def __init__(self, exercise: Exercise, fn, device: str):
+        self.exercise, self.fn, self.device, self.earlier = exercise, fn, device, []
+
+    def __call__(self, inputs):
+        zones = GuardZones() if self.device == "cuda" else None
+        given = tuple(copy_input(t, zones) if isinstance(t, torch.Tensor) else t for t in inputs)
+        return call_student(self.exercise, self.fn, given, self.device, self.earlier, zones)
+
+
+def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor:
+    """A copy of ``t``'s whole storage, viewed like ``t`` (a kernel that strays into the gaps
+    between strided rows reads what it would have read in the original), in guard zones if given."""
+    if zones is not None:
+        return zones.place(t, "an input")
+    flat = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype, device=t.device)
+    flat.untyped_storage().copy_(t.untyped_storage())
+    return flat.as_strided(t.size(), t.stride(), t.storage_offset())
+
+
+def call_student(exercise: Exercise, fn, given: tuple, device: str, earlier: list,
+                 zones: GuardZones | None = None) -> tuple[torch.Tensor | None, str | None]:
+    """Call ``fn`` on ``given`` under the course's rules: ``(output, None)``, or ``(None, why
+    not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
+    outputs of earlier calls (a reused buffer is refused)."""
     if (problem := signature_problem(exercise, fn, given)) is not None:
-        return CaseResult(case.label, False, problem)
-    _poison_free_memory(inputs)
-    seal = Seal()
+        return None, problem
+    before = [t.clone() for t in _tensors(given)]
     try:
-        with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {case.label}"), \
-                watch(exercise.allowed_ops) as record:
+        with time_limit(exercise.time_limit_s, f"`{exercise.function}` on these inputs"), \
+                watch(exercise.allowed_ops, zones) as record:
             out = fn(*given)
             if device == "cuda":
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
-        seal.restore()
-        return CaseResult(case.label, False, explain_exception(exercise, error))
-    if broken := seal.broken():
-        seal.restore()
-        return CaseResult(case.label, False, f"`{exercise.function}` replaced {', '.join(broken[:3])}, which "
-                                             "the grader relies on: a verdict is only given on an untouched grader.")
-    expected = _reference(exercise, inputs)
+        return None, explain_exception(exercise, error)
     problem = (_integrity_problem(exercise, record)
-               or _changed_inputs(inputs, given)
-               or _output_problem(exercise, out, inputs[0], case, tuple(expected.shape))
-               or _aliasing_problem(out, given, earlier)
-               or compare(out, expected, *exercise.tolerances[case.dtype]))
+               or (zones.damage() if zones is not None else None)
+               or _changed_inputs(before, _tensors(given))
+               or _not_a_fresh_tensor(exercise, out, given, earlier))
+    if problem:
+        return None, problem
     earlier.append(out)
-    return CaseResult(case.label, problem is None, problem or "")
+    return out, None
 
 
-def _poison_free_memory(like) -> None:
-    """Free NaN-filled blocks of the inputs' sizes just before the call, where the allocator
-    (PyTorch's CUDA cache, or malloc's free lists on the CPU) hands them to the student's
-    ``torch.empty_like``: an element the kernel never writes then reads NaN, not a stale right
-    answer from an earlier call with the same data."""
-    # Several of each: the wrapper's own allocations (a .contiguous() copy, the interpreter's
-    # host copies) may take the first; malloc hands freed chunks back last in, first out.
-    # One copy let a stale right answer through in 2 of 3 full runs here; four, in none of 3.
-    blocks = [torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in _tensors(like)
-              for _ in range(POISON_COPIES)]
-    for block in blocks:
-        block.fill_(float("nan") if block.is_floating_point() else -1)
-    del blocks
+def judge_output(exercise: Exercise, case: Case, inputs, out: torch.Tensor) -> str | None:
+    """Why ``out`` is not the exercise's answer for ``inputs``, or None: its shape, dtype and
+    values against the float64 reference."""
+    expected = _reference(exercise, inputs)
+    if tuple(out.shape) != tuple(expected.shape):
+        return f"output shape is {tuple(out.shape)}, expected {tuple(expected.shape)} (the shape of PyTorch's result)."
+    if out.dtype != case.dtype:
+        return f"output dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
+    return compare(out, expected, *exercise.tolerances[case.dtype])
 
 
 def _tensors(args) -> list[torch.Tensor]:
     """The tensors among a call's arguments; the others (a flag such as ``causal=True``) are
     passed to the function and the reference as they are."""
     return [a for a in args if isinstance(a, torch.Tensor)]
-
-
-def _clone_keeping_strides(t: torch.Tensor) -> torch.Tensor:
-    """A copy of ``t``'s whole storage, viewed like ``t``: a kernel that strays into the gaps
-    between strided rows reads the same values it would have read in the original."""
-    flat = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype, device=t.device)
-    flat.untyped_storage().copy_(t.untyped_storage())
-    return flat.as_strided(t.size(), t.stride(), t.storage_offset())
 
 
 def _reference(exercise: Exercise, inputs) -> torch.Tensor:
@@ -121,33 +135,32 @@ def _integrity_problem(exercise: Exercise, record) -> str | None:
         ops = ", ".join(sorted(set(record.torch_ops)))
         return (f"`{exercise.function}` computed with PyTorch ({ops}). This exercise asks for the "
                 f"arithmetic inside your Triton kernel; the wrapper may only allocate and launch.")
+    if record.threads:
+        return (f"`{exercise.function}` handed work to another thread ({record.threads[0]}). Grading "
+                "watches the calling thread only: compute in your Triton kernel, launched from it.")
+    if record.host:
+        return (f"`{exercise.function}` took data out of PyTorch for the host to compute with "
+                f"({record.host[0]}). The arithmetic belongs in your Triton kernel, on the device.")
     if not record.launches:
         return f"`{exercise.function}` returned without launching a Triton kernel (kernel[grid](...))."
     return None
 
 
-def _changed_inputs(originals, given) -> str | None:
-    for i, (a, b) in enumerate(zip(originals, given)):
-        if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
+def _changed_inputs(before, after) -> str | None:
+    for i, (a, b) in enumerate(zip(before, after)):
+        if not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
             return f"input {i} was changed by the call: write results to a new tensor, not into the inputs."
     return None
 
 
-def _output_problem(exercise: Exercise, out, first_input, case: Case, expected_shape: tuple) -> str | None:
+def _not_a_fresh_tensor(exercise: Exercise, out, given, earlier) -> str | None:
     if type(out) is not torch.Tensor:  # subclasses could override comparisons
         return f"`{exercise.function}` returned {type(out).__name__}, expected a torch.Tensor."
-    if tuple(out.shape) != expected_shape:
-        return f"output shape is {tuple(out.shape)}, expected {expected_shape} (the shape of PyTorch's result)."
-    if out.dtype != case.dtype:
-        return f"output dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
-    if out.device != first_input.device:
-        return f"output is on {out.device}, expected {first_input.device} (where the inputs are)."
-    return None
-
-
-def _aliasing_problem(out, given, earlier) -> str | None:
+    inputs = _tensors(given)
+    if inputs and out.device != inputs[0].device:
+        return f"output is on {out.device}, expected {inputs[0].device} (where the inputs are)."
     storage = out.untyped_storage().data_ptr()
-    if any(storage == t.untyped_storage().data_ptr() for t in _tensors(given)):
+    if any(storage == t.untyped_storage().data_ptr() for t in inputs):
         return "the output shares memory with an input: allocate a new tensor for the result."
     if any(storage == t.untyped_storage().data_ptr() for t in earlier):
         return ("the output is the same buffer an earlier call returned: allocate a new tensor "

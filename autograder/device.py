@@ -54,7 +54,7 @@ def setup_device(verbose: bool = True) -> DeviceChoice:
 
 def start_cuda() -> None:
     """Create this process's CUDA context now: the driver opens its device files and reads its
-    settings here, so a process that then confines itself (:mod:`autograder.confine`) keeps the GPU."""
+    settings here, so a process that then confines itself (:mod:`autograder.grading.confine`) keeps the GPU."""
     import torch
 
     torch.cuda.init()

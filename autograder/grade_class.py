@@ -4,7 +4,7 @@
 ``nbgrader collect``) runs ``nbgrader autograde`` for each student in ``submitted/`` in a
 process of its own, so a notebook that is broken, hangs or crashes costs only its own
 student; then it prints a table: points, the tests that lost points, and why, and which
-locked cells a student changed (each is graded as released: :mod:`autograder.autograde`).
+locked cells a student changed (each is graded as released: :mod:`autograder.grading.autograde`).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from nbgrader.api import Gradebook, MissingEntry
 
 import solutions
 
-from . import confine, sandbox
-from .autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
+from .grading import confine, sandbox
+from .grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
 STUDENT_TIMEOUT_S = 1800
 CLOSED_TO_GRADING_USER = ("submitted", "autograded", "feedback", "source", "exchange", "gradebook.db")

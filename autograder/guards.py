@@ -1,13 +1,19 @@
 """Watch what a student's function does: which Triton kernels it launches, which PyTorch
-operations it calls, whether it finishes in time, and (in the interpreter) whether its
-kernels touch memory outside the tensors they were given."""
+operations it calls, whether it hands work to other threads or to NumPy, whether it finishes
+in time, and whether its kernels store outside the tensors they were given (in the
+interpreter, at the faulty access; on a GPU, through guard zones checked after the call).
+
+All of this runs in the process that runs the student's code, so a determined student can
+switch it off: it explains honest mistakes, and grading's points never rest on it alone
+(:mod:`autograder.grading`)."""
 from __future__ import annotations
 
 import contextlib
 import signal
+import _thread
 import sys
 import threading
-import types
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,42 +32,6 @@ DATA_MOVEMENT_OPS = frozenset({
 })
 
 
-class Seal:
-    """Attributes of ``namespaces`` as they were when the seal was made; by default the functions
-    and classes a verdict relies on, in the builtins, ``torch`` (its ``Tensor``, ``cuda`` and
-    ``testing``), ``triton.testing`` and every loaded ``autograder`` module. ``broken()`` names
-    those replaced or removed since; ``restore()`` puts them back."""
-
-    def __init__(self, namespaces=None, callables_only: bool = True):
-        keep = _sealed if callables_only else (lambda value: True)
-        self.saved = [(ns, {k: v for k, v in vars(ns).items() if keep(v)})
-                      for ns in (_sealed_namespaces() if namespaces is None else namespaces)]
-
-    def broken(self) -> list[str]:
-        return [f"{getattr(ns, '__name__', ns)}.{name}" for ns, name, _ in self._changed()]
-
-    def restore(self) -> None:
-        for ns, name, original in self._changed():
-            setattr(ns, name, original)
-
-    def _changed(self) -> list[tuple]:
-        # A decorator's wrapper around the original is PyTorch's own doing (the first use of
-        # torch._dynamo wraps torch.manual_seed, for one): not counted.
-        return [(ns, name, value) for ns, entries in self.saved for name, value in entries.items()
-                if (now := vars(ns).get(name)) is not value and getattr(now, "__wrapped__", None) is not value]
-
-
-def _sealed(value) -> bool:
-    return callable(value) and not isinstance(value, types.ModuleType)
-
-
-def _sealed_namespaces() -> list:
-    import builtins
-    import triton.testing
-    return [builtins, torch, torch.Tensor, torch.cuda, torch.testing, triton.testing,
-            *(m for name, m in sorted(sys.modules.items()) if name.split(".")[0] == "autograder" and m)]
-
-
 class KernelTimeout(TimeoutError):
     """The student's function ran longer than its time limit."""
 
@@ -78,17 +48,79 @@ class CallRecord:
     """Names of the Triton kernels launched, in order."""
     torch_ops: list[str] = field(default_factory=list)
     """PyTorch operations called that are not plain data movement (e.g. ``aten.add.Tensor``)."""
+    host: list[str] = field(default_factory=list)
+    """Ways data left PyTorch for the host's own arithmetic: ``Tensor.numpy()``, ``tolist()``,
+    a copy from the GPU to the CPU."""
+    threads: list[str] = field(default_factory=list)
+    """Threads started during the call, or other threads that ran while it did."""
+
+
+ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                            "zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full",
+                            "ones", "ones_like", "new_ones"})
+"""Operations that make a fresh tensor: where an output is allocated."""
+_UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, record: CallRecord, allowed: frozenset[str]):
+    def __init__(self, record: CallRecord, allowed: frozenset[str], zones: GuardZones | None):
         super().__init__()
-        self.record, self.allowed = record, allowed
+        self.record, self.allowed, self.zones = record, allowed, zones
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ not in self.allowed:
+        name = func.overloadpacket.__name__
+        if name not in self.allowed:
             self.record.torch_ops.append(str(func))
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if name in ("_to_copy", "copy_") and out.device.type == "cpu" and any(
+                isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            self.record.host.append(f"a copy from the GPU to the CPU ({func})")
+        if name in ALLOCATING_OPS and isinstance(out, torch.Tensor):
+            if name in _UNINITIALISED:  # never-written elements then read NaN, not a stale answer
+                out.fill_(float("nan") if out.is_floating_point() else -1)
+            if self.zones is not None and out.is_cuda:
+                out = self.zones.place(out, f"the tensor your function made with torch.{name}")
+        return out
+
+
+class GuardZones:
+    """Tensors placed between two zones of a known byte pattern: a store past either end of
+    the tensor changes the pattern, which :meth:`damage` finds after the call. On a GPU such a
+    store lands silently in memory the caching allocator hands out next; nothing faults."""
+
+    BYTES = 64 * 1024
+    """Each zone: 16 blocks of 1,024 float32 past the end, more than a missing mask writes."""
+    PATTERN = 0x5A
+
+    def __init__(self):
+        self.placed: list[tuple[torch.Tensor, str, torch.Tensor, int]] = []
+
+    def place(self, t: torch.Tensor, label: str) -> torch.Tensor:
+        """A copy of ``t`` (its whole storage, viewed like ``t``) between two guard zones."""
+        nbytes = t.untyped_storage().nbytes()
+        body = -(-nbytes // 512) * 512  # the allocator's rounding, which a missing mask writes into
+        buffer = torch.full((2 * self.BYTES + body,), self.PATTERN, dtype=torch.uint8, device=t.device)
+        inside = buffer[self.BYTES:self.BYTES + nbytes]
+        inside.copy_(torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()))
+        start = self.BYTES // t.element_size() + t.storage_offset()  # as_strided counts from the buffer's start
+        placed = inside.view(t.dtype).as_strided(t.size(), t.stride(), start)
+        self.placed.append((buffer, label, placed, nbytes))
+        return placed
+
+    def damage(self) -> str | None:
+        """A sentence on the first tensor whose guard zones were written, or None."""
+        for buffer, label, placed, nbytes in self.placed:
+            before = buffer[:self.BYTES] != self.PATTERN
+            after = buffer[self.BYTES + nbytes:] != self.PATTERN
+            if bool(before.any()) or bool(after.any()):
+                where = "past the end" if bool(after.any()) else "before the start"
+                stray = int(before.sum()) + int(after.sum())
+                dims = "×".join(map(str, placed.shape)) or "scalar"
+                return (f"your kernel stored outside {label} ({dims} {str(placed.dtype).removeprefix('torch.')}): "
+                        f"{stray:,} bytes {where} of it changed. On a GPU such a store lands silently in "
+                        "memory another tensor gets next. Mask the store (e.g. mask=offsets < n_elements); "
+                        "run it with TRITON_INTERPRET=1 to see the program and lane.")
+        return None
 
 
 def _kernel_classes():
@@ -101,12 +133,16 @@ def _kernel_classes():
 
 
 @contextlib.contextmanager
-def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS):
-    """Record the kernel launches and the computing PyTorch ops inside the ``with`` block.
+def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | None = None):
+    """Record, inside the ``with`` block, the kernel launches, the computing PyTorch ops, data
+    handed to the host's arithmetic and work in other threads; fill fresh ``torch.empty``
+    tensors with NaN and, given ``zones``, place the GPU tensors made in the block in them.
 
     The launch counter wraps ``run`` of Triton's kernel classes rather than using
     ``triton.knobs.runtime.launch_enter_hook``: that hook is absent before Triton 3.4
-    and never fires in the interpreter.
+    and never fires in the interpreter. PyTorch's dispatch modes see only the thread that
+    entered them, so threads are watched apart: any started in the block, and the CPU time
+    of those already running.
     """
     record = CallRecord()
     originals = {cls: cls.run for cls in _kernel_classes()}
@@ -120,12 +156,62 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS):
 
     for cls, original in originals.items():
         cls.run = counting(original)
+    patched = _patch_host_and_threads(record)
+    busy = _other_threads_cpu_ns()
     try:
-        with _OpRecorder(record, allowed_ops):
+        with _OpRecorder(record, allowed_ops, zones):
             yield record
     finally:
         for cls, original in originals.items():
             cls.run = original
+        for owner, name, original in patched:
+            setattr(owner, name, original)
+        record.threads += _threads_that_ran(busy)
+
+
+OTHER_THREAD_CPU_NS = 20_000
+"""CPU time another thread may use during a call before it counts as doing the call's work:
+an idle thread uses none; taking a job from a queue and launching one PyTorch op costs more."""
+
+
+def _patch_host_and_threads(record: CallRecord) -> list[tuple]:
+    """Make ``Tensor.numpy``/``tolist``/``__array__`` and thread starts leave a note in ``record``."""
+    def noting(original, note, target):
+        def wrapper(*args, **kwargs):
+            target.append(note)
+            return original(*args, **kwargs)
+        return wrapper
+
+    replaced = [(torch.Tensor, name, f"Tensor.{name}()", record.host) for name in ("numpy", "tolist", "__array__")]
+    replaced += [(owner, name, "a thread started during the call", record.threads)  # 3.12 renamed one
+                 for owner, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                                     (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))]
+    patched = []
+    for owner, name, note, target in replaced:
+        original = getattr(owner, name, None)
+        if original is not None:
+            patched.append((owner, name, original))
+            setattr(owner, name, noting(original, note, target))
+    return patched
+
+
+def _other_threads_cpu_ns() -> dict[int, int]:
+    """CPU nanoseconds used so far by each Python thread but this one."""
+    times = {}
+    for ident in sys._current_frames():
+        if ident != threading.get_ident():
+            try:
+                times[ident] = time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+            except (OSError, OverflowError):
+                pass  # it ended meanwhile
+    return times
+
+
+def _threads_that_ran(before: dict[int, int]) -> list[str]:
+    now = _other_threads_cpu_ns()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return [f"thread {names.get(ident, ident)!r} ran for {(now[ident] - before.get(ident, 0)) / 1e6:.1f} ms of CPU"
+            for ident in now if now[ident] - before.get(ident, 0) > OTHER_THREAD_CPU_NS]
 
 
 @contextlib.contextmanager

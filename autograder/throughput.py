@@ -39,7 +39,7 @@ def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
                   for k in range(INPUT_SETS)]
     outputs: list = [None] * INPUT_SETS
     result = timing.compare(fn, exercise.reference, input_sets, keep=outputs)
-    ours, theirs, ceiling, ceiling_name = _rates(spec, input_sets[0], outputs[0], result)
+    ours, theirs, ceiling, ceiling_name = rates(spec, input_sets[0], outputs[0], result)
     peak = ours / ceiling
     figures = (result.ratio, spec.threshold, ours, theirs, peak, spec.unit)
     for inputs, out in zip(input_sets, outputs):  # the timed outputs must be right too
@@ -55,7 +55,7 @@ def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
     return ThroughputResult(verdict, message, *figures)
 
 
-def _rates(spec: Throughput, inputs: tuple, output, timing_: timing.Timing) -> tuple[float, float, float, str]:
+def rates(spec: Throughput, inputs: tuple, output, timing_: timing.Timing) -> tuple[float, float, float, str]:
     """(student rate, PyTorch rate, the device's ceiling, its name) in ``spec.unit``."""
     if spec.flops is None:
         nbytes = spec.bytes_moved(inputs, output)

@@ -75,7 +75,7 @@ def test_wrong_output_is_named():
     cases = {
         "dtype": lambda x, y: _launch(x, y, torch.empty_like(x, dtype=torch.float64)),
         "shape": lambda x, y: _launch(x, y, torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)),
-        "torch.Tensor": lambda x, y: _launch(x, y, torch.empty_like(x)).tolist(),
+        "torch.Tensor": lambda x, y: (_launch(x, y, torch.empty_like(x)),),
     }
     for word, fn in cases.items():
         result = check(VECTOR_ADD, fn, measure_throughput=False, verbose=False)
@@ -214,16 +214,14 @@ def test_grading_failure_hides_the_traceback():
     assert GradingFailure("verdict")._render_traceback_() == ["GradingFailure: verdict"]
 
 
-def test_a_function_that_rigs_the_grader_while_it_runs_fails():
-    import autograder.correctness
-
-    original = autograder.correctness.compare
-
-    def rigging(x, y):
-        autograder.correctness.compare = lambda *args, **kwargs: None  # "every output matches"
-        return torch.zeros_like(x)
-
-    result = check(VECTOR_ADD, rigging, verbose=False)
-    assert autograder.correctness.compare is original  # put back after each call
-    assert not any(c.passed for c in result.cases)
-    assert "replaced autograder.correctness.compare, which the grader relies on" in result.cases[0].message
+def test_guard_zones_find_a_store_past_either_end_and_nothing_else():
+    from autograder.guards import GuardZones
+    for offset, where in ((100, "past the end"), (-3, "before the start")):
+        zones = GuardZones()
+        x = zones.place(torch.arange(100, dtype=torch.float32)[10:90], "the output")
+        assert x.tolist() == list(range(10, 90))
+        x.add_(1)
+        assert zones.damage() is None  # writes inside the tensor's storage are its own
+        torch.as_strided(x, (1,), (1,), x.storage_offset() - 10 + offset).fill_(7.0)  # as a kernel without a mask would
+        message = zones.damage()
+        assert message and where in message and "the output (80 float32)" in message and "4 bytes" in message

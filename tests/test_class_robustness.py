@@ -15,7 +15,7 @@ import pytest
 from nbgrader.converters import Autograde
 from traitlets.config.loader import PyFileConfigLoader
 
-from autograder import confine, isolation, sandbox
+from autograder.grading import confine, judge as judging, sandbox
 from autograder.grade_class import grade_class, table
 from conftest import ROOT
 from test_nbgrader_pipeline import (PS1, VECTOR_ADD, cell_scores, expected_unmasked_points, nbgrader,
@@ -30,7 +30,7 @@ REF = reference(PS1)
 FULL = {"test_correctness": 3.0, "test_hidden": 3.0, "test_throughput": 0.0}  # no GPU: throughput 0
 ZERO = {"test_correctness": 0.0, "test_hidden": 0.0, "test_throughput": 0.0}
 
-from test_isolation import ZEROS, _as_root_with_nobody, python_for_nobody  # noqa: E402,F401
+from test_judge import ATTACKS, ZEROS, _as_root_with_nobody, python_for_nobody  # noqa: E402,F401
 # Everything the answer cells could use to reach the course: if any is found, they raise.
 SNOOP = '''
 import os, pathlib, sys
@@ -90,6 +90,10 @@ ANSWERS = {
     "no_function": "def plus(x, y):\n    return x + y\n",
     "bad_signature": "def add(x):\n    return x\n",
     "syntax_error": "def add(x, y)\n    return x + y\n",
+    # two of the judge's attacks (tests/test_judge.py has them all): a kernel that stores zeros,
+    # a verdict file written before exiting, and a checker rigged in the answer's own process
+    "forger": ZEROS + ATTACKS["writes_a_verdict_file_and_exits"],
+    "rigger": ZEROS + ATTACKS["wraps_the_comparison"],
 }
 if confine.abi() >= 6:  # Landlock, signals scoped: grading must survive this one
     ANSWERS["vandal"] = REF + VANDAL
@@ -166,7 +170,7 @@ def graded(tmp_path_factory):
     for student in students:
         submit(course, student)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv(isolation.TIMEOUT_VAR, str(TIMEOUT_S))
+        env.setenv(judging.TIMEOUT_VAR, str(TIMEOUT_S))
         env.setenv(sandbox.MEMORY_LIMIT_VAR, str(MEMORY_GB))
         grades = {g.student: g for g in grade_class(course, PS1)}
         first = {s: cell_scores(course, PS1, s) for s in students}
@@ -185,7 +189,7 @@ REASON = {
     "segfault": "your code crashed the grading process (SIGSEGV: a segmentation fault",
     "memory_hog": f"your code ran out of memory (a grading process may use {MEMORY_GB:g} GiB): "
                   "`add` raised RuntimeError",
-    "forever": f"grading was stopped after {TIMEOUT_S} s: the code never finished.",
+    "forever": f"grading was stopped after {TIMEOUT_S} s, the limit for one graded test: the code never finished.",
     "raises": "`add` raised ValueError: ragged sizes are next week",
     "mallory": "elements differ",
     "no_function": "your answer cells define no function `add`.",
@@ -282,7 +286,7 @@ def test_as_a_grading_user_the_class_is_graded_and_permissions_alone_keep_the_co
             submit(course, student, listing=False)
         monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
         monkeypatch.setenv(confine.READABLE_VAR, f"{course}:{ROOT}")  # Landlock lets all through
-        monkeypatch.setenv(isolation.TIMEOUT_VAR, str(TIMEOUT_S))
+        monkeypatch.setenv(judging.TIMEOUT_VAR, str(TIMEOUT_S))
         monkeypatch.setenv(sandbox.MEMORY_LIMIT_VAR, str(MEMORY_GB))
         grades = {g.student: g for g in grade_class(course, PS1)}
         assert {s: cell_scores(course, PS1, s) for s in grades} == {"ada": FULL, "nosy": FULL}, grades
@@ -303,9 +307,9 @@ def test_autograde_steps_are_nbgraders_own_with_two_swapped_in():
 
     sanitize, autograde = names("sanitize_preprocessors"), names("autograde_preprocessors")
     assert autograde[0] == "nbgrader.preprocessors.Execute"
-    assert config.Autograde.sanitize_preprocessors == [sanitize[0], "autograder.autograde.RestoreLockedCells",
+    assert config.Autograde.sanitize_preprocessors == [sanitize[0], "autograder.grading.autograde.RestoreLockedCells",
                                                        *sanitize[1:]]
-    assert config.Autograde.autograde_preprocessors == ["autograder.autograde.ExecuteInstructorCells",
+    assert config.Autograde.autograde_preprocessors == ["autograder.grading.autograde.ExecuteInstructorCells",
                                                         *autograde[1:]]
 
 

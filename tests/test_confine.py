@@ -1,6 +1,7 @@
 """Landlock confinement of the grading process: a confined process still imports torch and
 Triton and runs a kernel, and cannot read the course, list it, write outside its scratch
 folder, make files in /dev/shm, connect over TCP, or signal or trace the grader."""
+import time
 import json
 import os
 import socket
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from autograder import confine, isolation, sandbox
+from autograder.grading import confine, protocol, runner, sandbox
 from conftest import DEVICE, ROOT
 
 needs_landlock = pytest.mark.skipif(confine.abi() == 0, reason="this kernel has no Landlock")
@@ -17,7 +18,8 @@ needs_landlock = pytest.mark.skipif(confine.abi() == 0, reason="this kernel has 
 PROBE = '''
 import json, os, socket, sys
 from pathlib import Path
-from autograder import confine, device
+from autograder import device
+from autograder.grading import confine
 if device.setup_device(verbose=False).has_gpu:
     device.start_cuda()  # as the grading process does
 abi = confine.confine(Path.cwd())
@@ -123,7 +125,8 @@ def test_when_confinement_fails_none_of_the_students_code_runs(monkeypatch, tmp_
     monkeypatch.setattr(sandbox, "limit_memory", lambda: None)  # not on the test process
     monkeypatch.chdir(tmp_path)
     (tmp_path / "answer.py").write_text("open('ran', 'w').close()\n")
-    isolation.main(["answer.py", "ps1_vector_add", "add", "--out", "result.json"])
-    message = json.loads((tmp_path / "result.json").read_text())["cases"][0]["message"]
+    ours, theirs = socket.socketpair()
+    runner.main(["answer.py", "ps1_vector_add", str(theirs.fileno())])
+    message = protocol.recv(ours, time.monotonic() + 5, 0)[0]["error"]
     assert "could not confine your code" in message and "Invalid argument" in message
     assert not (tmp_path / "ran").exists()

@@ -41,7 +41,7 @@ def attention_inputs(case: AttentionCase, generator: torch.Generator, device: st
     (..., 3·head_dim) tensor, as a fused QKV projection returns them, so their rows are
     3·head_dim elements apart."""
     batch, heads, seq, head_dim = case.shape
-    packed = torch.randn((batch, heads, seq, 3 * head_dim), generator=generator)
+    packed = torch.randn((batch, heads, seq, 3 * head_dim), generator=generator, device=generator.device)
     if case.values == "large":
         packed[..., :head_dim] *= LARGE_SCORES
     elif case.values != "normal":

@@ -11,8 +11,9 @@ Two holes in plain nbgrader 0.9, both seen on this course's notebooks:
   ``KeyError`` on every notebook here).
 
 So :class:`RestoreLockedCells` rebuilds every locked cell from the gradebook, once each, in
-its released place, and :class:`ExecuteInstructorCells` runs only those. The answer cells run
-where each graded cell sends them: in a clean process (:mod:`autograder.isolation`).
+its released place, and :class:`ExecuteInstructorCells` runs only those. The kernel is then
+the judge: each graded cell has the answer cells run in a runner process and judges what
+comes back (:mod:`autograder.grading`).
 """
 from __future__ import annotations
 
@@ -134,16 +135,30 @@ def _restored(cells, originals, order) -> list:
     return [nbformat.from_dict(c) for c in out]
 
 
+class GradedElsewhere:
+    """What nbgrader's kernel holds for the function under test while it autogrades: ``grade``
+    takes the function from the notebook file instead."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: graded from the notebook's answer cells, in a runner process>"
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"`{self.name}` does not run in nbgrader's kernel: only the graded cells "
+                           "do, and they have the answer cells run in a runner process.")
+
+
 class ExecuteInstructorCells(Execute):
     """nbgrader's Execute, for the locked cells only, and only with the gradebook's text.
 
-    In the kernel, the function under test is a :class:`~autograder.isolation.GradedElsewhere`
-    placeholder: ``grade`` grades the notebook's answer cells in a clean process, so the name
-    only has to exist. A notebook that is not one of the course's exercises runs as nbgrader
+    In the kernel, the function under test is a :class:`GradedElsewhere` placeholder: ``grade``
+    has the notebook's answer cells run in a runner process, so the name only has to exist. A notebook that is not one of the course's exercises runs as nbgrader
     runs it, every cell."""
 
     def preprocess(self, nb, resources=None, km=None):
-        from . import exercises  # imports torch: only when autograding
+        from .. import exercises  # imports torch: only when autograding
 
         ids = resources["nbgrader"]
         try:
@@ -166,7 +181,7 @@ class ExecuteInstructorCells(Execute):
         return super().preprocess_cell(cell, resources, index)
 
     def _define_placeholder(self, index: int) -> None:
-        code = (f"from autograder.isolation import GradedElsewhere as _GradedElsewhere\n"
+        code = (f"from autograder.grading.autograde import GradedElsewhere as _GradedElsewhere\n"
                 f"{self._function} = _GradedElsewhere({json.dumps(self._function)})")
         done = self.execute_cell(nbformat.v4.new_code_cell(code), index, store_history=False)
         errors = [o for o in done.outputs if o.output_type == "error"]

@@ -130,47 +130,108 @@ def _check_interpreter_runs_as(user: pwd.struct_passwd, python: str) -> None:
                               "read it (not under /root).")
 
 
+class Sandboxed:
+    """A process started in a scratch folder with a clean environment (less ``hide``; Triton's
+    cache ``cache``), as the grading user where one is set (unless ``trusted``); what it
+    prints is read as it comes and only its two ends are kept, so printing gigabytes costs
+    neither memory nor disk. :meth:`stop` kills it and anything it started."""
+
+    def __init__(self, cmd: list[str], *, cwd: Path, hide: tuple[str, ...] = (), cache: Path | None = None,
+                 pass_fds: tuple[int, ...] = (), trusted: bool = False):
+        env = clean_environment(cwd, hide, cache)
+        as_user = {} if trusted else _as_grading_user(cwd, *([cache] if cache else []))
+        self.process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds,
+                                        **as_user)
+        _live.add(self.process.pid)
+        _started.add(self.process.pid)
+        _scratch.add(Path(cwd).resolve())
+        self.head, self.tail, self.dropped = "", "", 0
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while chunk := self.process.stdout.read1(65536):
+            text = decoder.decode(chunk)
+            if len(self.head) < KEPT_OUTPUT_CHARS:
+                take = KEPT_OUTPUT_CHARS - len(self.head)
+                self.head, text = self.head + text[:take], text[take:]
+            self.tail += text
+            if len(self.tail) > KEPT_OUTPUT_CHARS:
+                self.dropped += len(self.tail) - KEPT_OUTPUT_CHARS
+                self.tail = self.tail[-KEPT_OUTPUT_CHARS:]
+
+    def pause(self) -> None:
+        """Stop every process of the group (SIGSTOP): none of them runs until :meth:`resume`."""
+        _signal_group(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        _signal_group(self.process.pid, signal.SIGCONT)
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit status once it has ended within ``timeout_s``, else None."""
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> Finished:
+        """Kill the process and everything it started; how it had ended, and its output."""
+        returncode = self.process.poll()
+        _signal_group(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        _live.discard(self.process.pid)
+        reap_orphans()
+        self.reader.join(timeout=10)  # a grandchild that left the group may hold the pipe open
+        middle = f"\n[... {self.dropped} characters of output left out ...]\n" if self.dropped else ""
+        return Finished(returncode, self.head + middle + self.tail)
+
+
 def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = (),
         cache: Path | None = None) -> Finished:
-    """Run ``cmd`` in ``cwd`` with a clean environment (less ``hide``; Triton's cache ``cache``);
-    kill it, and anything it started, after ``timeout_s``. Output is read as it comes and only
-    its two ends are kept, so printing gigabytes costs neither memory nor disk."""
-    env = clean_environment(cwd, hide, cache)
-    process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True,
-                               **_as_grading_user(cwd, *([cache] if cache else [])))
-    head, tail, dropped = "", "", 0
-
-    def read() -> None:
-        nonlocal head, tail, dropped
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        while chunk := process.stdout.read1(65536):
-            text = decoder.decode(chunk)
-            if len(head) < KEPT_OUTPUT_CHARS:
-                take = KEPT_OUTPUT_CHARS - len(head)
-                head, text = head + text[:take], text[take:]
-            tail += text
-            if len(tail) > KEPT_OUTPUT_CHARS:
-                dropped, tail = dropped + len(tail) - KEPT_OUTPUT_CHARS, tail[-KEPT_OUTPUT_CHARS:]
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        returncode = process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        returncode = None
-    _kill_group(process.pid)  # also whatever the student's code left running
-    process.wait()
-    reader.join(timeout=10)  # a grandchild that left the group may hold the pipe open
-    middle = f"\n[... {dropped} characters of output left out ...]\n" if dropped else ""
-    return Finished(returncode, head + middle + tail)
+    """Run ``cmd`` as a :class:`Sandboxed` process until it ends or ``timeout_s`` passes."""
+    started = Sandboxed(cmd, cwd=cwd, hide=hide, cache=cache)
+    ended = started.wait(timeout_s)
+    finished = started.stop()
+    return Finished(ended, finished.output)
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Make processes our sandboxed ones start, and leave behind by starting a session of
+    their own, our children when their parent dies, so :func:`reap_orphans` can end them."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+_live: set[int] = set()
+"""Processes this one started as :class:`Sandboxed` and has not stopped yet."""
+_started: set[int] = set()
+_scratch: set[Path] = set()
+
+
+def reap_orphans() -> None:
+    """Kill our children that a student's code left behind: processes reparented to us (see
+    :func:`become_subreaper`) whose session was a :class:`Sandboxed` one, or that started a
+    session of their own in a sandbox's scratch folder. Nothing else of ours is touched."""
+    me = os.getpid()
+    for task in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            cwd = Path(os.readlink(task / "cwd"))
+        except (OSError, IndexError):
+            continue
+        pid, parent, session = int(task.name), int(fields[1]), int(fields[3])
+        left_behind = session in _started or any(cwd == f or f in cwd.parents for f in _scratch)
+        if parent == me and pid not in _live and left_behind:
+            _signal_group(pid, signal.SIGKILL, group=False)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def ran_out_of_memory(text: str) -> bool:
@@ -193,3 +254,10 @@ def describe_exit(returncode: int) -> str:
            "SIGABRT": "aborted, often by a failed check in C code or corrupted memory",
            "SIGKILL": "killed, most likely by the kernel for running out of memory"}.get(name)
     return f"{name}: {why}" if why else f"killed by {name}"
+
+
+def _signal_group(pid: int, sig: int, group: bool = True) -> None:
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

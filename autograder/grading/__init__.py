@@ -1,0 +1,63 @@
+"""Grading for marks: a judge that never runs the code it grades.
+
+The threat model, in one place (the instructor guide says the same in prose):
+
+- **The student can read all of this code** and write any Python in their answer cells.
+- **Two processes.** The *runner* (:mod:`.runner`) runs the answer cells and serves calls:
+  it receives inputs, calls the student's function, hands back the outputs. The *judge*
+  (:mod:`.judge`) never executes student code: it makes the inputs, computes the reference,
+  compares, times, decides the points and prints what nbgrader records. Under ``nbgrader
+  autograde`` the judge is nbgrader's own kernel, which runs only the instructor's cells
+  (:mod:`.autograde`). They talk in JSON headers and raw tensor bytes (:mod:`.protocol`),
+  never pickles or rendered text.
+- **Enforced from outside, by the judge**: the verdict and the points (only the bytes of the
+  outputs are taken from the runner, checked for dtype, shape and size before use); the
+  inputs (made by the judge, fresh for every case and every timed call); the time (the
+  judge's clock around batches whose outputs it reads itself from device memory, with the
+  runner's processes stopped while it does, :mod:`.clock`); the time limit of a graded test
+  and of each call (the runner is killed); crashes, hangs and exhausted memory (they fail the
+  test with a reason, and cost no one else anything).
+- **Enforced inside the runner, best effort**: the course's rules on *how* the output was
+  made: a Triton kernel computed it; no PyTorch op beyond data movement; no work handed to
+  another thread; no data taken to NumPy or the host; no store outside the tensors (the
+  interpreter's bounds check, guard zones on a GPU); no reused output buffer. These run in the
+  runner's own process, so a determined student can switch them off; what they guard is the
+  spirit of the exercise, not the verdict on the output's values or speed.
+- **Around the runner** (:mod:`.sandbox`, :mod:`.confine`): a scratch folder, a scrubbed
+  environment, a memory cap, Landlock (no reading the course, the gradebook or other
+  submissions; no TCP; no signals outside itself), optionally an unprivileged user; whatever
+  it leaves running is killed when it ends.
+
+``grade`` (in :mod:`autograder.check`) is the one entry point the notebooks call; the
+student's own ``check`` stays in their process and is a self-check, not a verdict.
+"""
+from __future__ import annotations
+
+from ..report import CheckResult
+from ..spec import Exercise
+from .judge import grade_notebook, judged
+
+__all__ = ["grade_notebook", "judged", "points", "why_nothing"]
+
+
+def points(exercise: Exercise, part: str, result: CheckResult) -> float:
+    """What a verdict earns: throughput all or nothing (``award`` without a GPU only for
+    correct code); the other parts shared out by the fraction of cases passed."""
+    from ..throughput import cpu_policy
+    full = exercise.points[part]
+    if part == "throughput":
+        speed = result.throughput
+        if speed is not None and speed.passed:
+            return full
+        unmeasured = speed is not None and speed.status == "not measured" and "needs a GPU" in speed.message
+        return full if unmeasured and result.correct and cpu_policy() == "award" else 0.0
+    return round(full * result.fraction_passed, 2)
+
+
+def why_nothing(result: CheckResult, part: str) -> str:
+    """One sentence on why a verdict earned no points."""
+    if part == "throughput":
+        return result.throughput.message if result.throughput else "not measured."
+    if not result.cases:
+        return "no cases were run."
+    return f"no case passed; the first: {result.cases[0].message.splitlines()[0]}"

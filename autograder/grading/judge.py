@@ -1,0 +1,239 @@
+"""The judge: grades a notebook's answer cells without running them.
+
+It reads the setup and answer cells from the notebook file, starts a runner
+(:mod:`.runner`) that runs them, makes every input itself, sends it over, checks the bytes
+that come back against the reference it computes itself, and (on a GPU) times batches with
+its own clock (:mod:`.clock`). Under ``nbgrader autograde`` it runs in nbgrader's kernel,
+which runs only the instructor's cells (:mod:`.autograde`): the verdict, the points and the
+cell output nbgrader reads come from a process that never ran the student's code.
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .. import device
+from ..correctness import run_cases
+from ..report import CaseResult, CheckResult, ThroughputResult
+from ..spec import Exercise
+from . import protocol, sandbox
+
+ISOLATE_VAR = "TRITON_COURSE_ISOLATE"
+"""``1`` grades with the judge outside nbgrader too; nbgrader's autograde always does."""
+TIMEOUT_VAR = "TRITON_COURSE_GRADING_TIMEOUT_S"
+"""Seconds one graded test may take, runner start and timing included (default :data:`TEST_LIMIT_S`)."""
+TEST_LIMIT_S = 240
+"""A class-sized limit: the slowest reference test (PS4's, first compile and autotuning
+included) took 77 s on the H200; nbgrader's own cell limit (``nbgrader_config.py``) is above it."""
+START_LIMIT_S = 120
+"""For the runner to import the course and run the answer cells."""
+
+
+def judged() -> bool:
+    """Whether ``grade`` is grading for marks here (nbgrader's autograde, or :data:`ISOLATE_VAR`)."""
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde" or os.environ.get(ISOLATE_VAR) == "1"
+
+
+def find_notebook(exercise: str) -> Path:
+    """The notebook being graded: nbgrader runs it from its own folder, named after the assignment."""
+    here = Path.cwd()
+    named = here / f"{exercise}.ipynb"
+    if named.exists():
+        return named
+    found = sorted(here.glob("*.ipynb"))
+    if len(found) == 1:
+        return found[0]
+    raise FileNotFoundError(f"cannot find the notebook of {exercise} in {here} to grade it")
+
+
+def student_code(notebook: Path) -> str:
+    """The setup cell and the answer cells, in order; IPython magics and shell lines dropped.
+    (Read as JSON: nothing of the notebook runs here.)"""
+    cells = json.loads(notebook.read_text())["cells"]
+    chosen = [c for c in cells if c.get("cell_type") == "code"
+              and (c.get("metadata", {}).get("nbgrader", {}).get("solution")
+                   or c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")]
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in chosen]
+    return "\n\n".join("\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+                       for src in sources)
+
+
+@functools.cache
+def compile_cache() -> Path:
+    """Triton's cache for the runners this judge starts: one per grading kernel, that is per
+    student's notebook, so that student's tests share compiled kernels and no one else's
+    code reaches them."""
+    path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+class Runner:
+    """A runner process and the judge's end of its channel. Called with a case's inputs it
+    returns ``(output, problem)`` as :func:`~autograder.correctness.run_cases` wants; once the
+    process has crashed, hung or broken the protocol, :attr:`ended` says so."""
+
+    def __init__(self, exercise: Exercise, code: str | None, scratch: Path, deadline: float, limit_s: float):
+        self.exercise, self.deadline, self.limit_s = exercise, deadline, limit_s
+        self.ended: str | None = None
+        answer = scratch / "answer.py"
+        answer.write_text(code or "")
+        ours, theirs = socket.socketpair()
+        self.channel = ours
+        cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno())]
+        self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
+                                         hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR), cache=compile_cache(),
+                                         pass_fds=(theirs.fileno(),), trusted=code is None)
+        theirs.close()
+        header, _ = self.request(None, limit_s=START_LIMIT_S)
+        error = header.get("error")
+        self.error = self.ended or (error if isinstance(error, str) else None)
+        if error is not None and not isinstance(error, str):
+            self.error = "the grading process sent a start-up message the judge does not accept."
+
+    def request(self, header: dict | None, tensors=(), max_bytes: int = 0, limit_s: float | None = None):
+        """Send a request (None: only wait for the next message) and return the reply; a
+        failed exchange ends the runner and returns ``({"problem": why}, [])``."""
+        if self.ended:
+            return {"problem": self.ended}, []
+        deadline = min(self.deadline, time.monotonic() + (limit_s or self.limit_s))
+        try:
+            if header is not None:
+                protocol.send(self.channel, header, tensors)
+            return protocol.recv(self.channel, deadline, max_bytes)
+        except protocol.TimedOut:
+            self.ended = self._stop(timed_out=deadline if deadline < self.deadline else None)
+        except protocol.PeerGone:
+            self.ended = self._stop()
+        except (protocol.ProtocolError, OSError) as error:
+            self.ended = self._stop(broken=str(error))
+        return {"problem": self.ended}, []
+
+    def __call__(self, inputs):
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        args, i = [], 0
+        for value in inputs:
+            if isinstance(value, torch.Tensor):
+                args.append({"tensor": i})
+                i += 1
+            else:
+                args.append({"value": value})
+        header, out = self.request({"op": "call", "args": args}, tensors,
+                                   max_bytes=_output_bytes(self.exercise, inputs), limit_s=self.exercise.time_limit_s)
+        problem = header.get("problem")
+        if problem is not None:
+            return None, str(problem)
+        if len(out) != 1:
+            return None, "the grading process sent no output for this case."
+        return out[0].to(tensors[0].device if tensors else "cpu"), None
+
+    def pause(self) -> None:
+        self.process.pause()
+
+    def resume(self) -> None:
+        self.process.resume()
+
+    def stop(self) -> None:
+        if not self.ended:
+            try:
+                protocol.send(self.channel, {"op": "quit"})
+            except OSError:
+                pass
+            self.process.wait(5)
+        self._stop()
+
+    def _stop(self, timed_out: float | bool = False, broken: str | None = None) -> str:
+        """Stop the process; why it ended, for the student. ``timed_out``: None when the whole
+        test's time ran out, a deadline when one request's did."""
+        self.process.resume()
+        returncode = None if timed_out is not False else self.process.wait(5)
+        finished = self.process.stop()
+        self.channel.close()
+        last = "\n".join(line[:300] for line in finished.output.strip().splitlines()[-6:])
+        last = f"\nIts last output:\n{last}" if last else ""
+        if timed_out is None:
+            budget = float(os.environ.get(TIMEOUT_VAR, TEST_LIMIT_S))
+            return f"grading was stopped after {budget:g} s, the limit for one graded test: the code never finished.{last}"
+        if timed_out is not False:
+            return (f"`{self.exercise.function}` did not answer within {self.exercise.time_limit_s:g} s, so grading "
+                    f"stopped it: look for a loop that never ends or a grid far larger than intended.{last}")
+        if broken is not None:
+            return f"the grading process sent what the judge does not accept ({broken}).{last}"
+        how = sandbox.describe_exit(returncode) if returncode is not None else "it closed its channel"
+        if sandbox.ran_out_of_memory(finished.output):
+            return f"your code {sandbox.memory_note()}, which ended the grading process ({how}).{last}"
+        return f"your code crashed the grading process ({how}).{last}"
+
+
+def _output_bytes(exercise: Exercise, inputs) -> int:
+    """The most output bytes a case may send back: its reference's shape in float64."""
+    try:
+        meta = exercise.reference(*(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs))
+        return max(meta.numel(), 1) * 8
+    except Exception:  # an operation without a meta kernel: bound by the inputs instead
+        return 64 * sum(t.numel() * 8 for t in inputs if isinstance(t, torch.Tensor)) + (1 << 20)
+
+
+def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) -> CheckResult:
+    """Grade the current notebook's answer cells: the ``cases`` (``visible`` or ``hidden``),
+    then (``measure_throughput``, on a GPU, when every case passed) the speed."""
+    from . import clock
+
+    budget = float(os.environ.get(TIMEOUT_VAR, TEST_LIMIT_S))
+    deadline = time.monotonic() + budget
+    code = student_code(find_notebook(exercise.name))
+    where, seed = device.current(), secrets.randbits(31)
+    sandbox.become_subreaper()
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch, baseline = Path(tmp), None
+        scratch.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
+        (scratch / "runner").mkdir()
+        (scratch / "reference").mkdir()
+        timing = measure_throughput and where.has_gpu and exercise.throughput is not None
+        try:
+            if timing:  # the clean baseline is timed before any student code is loaded
+                baseline = Runner(exercise, None, scratch / "reference", deadline, budget)
+                clean = clock.Baseline(exercise, baseline)
+            runner = Runner(exercise, code, scratch / "runner", deadline, budget)
+            try:
+                result = _failed(exercise, runner.error) if runner.error else CheckResult(
+                    exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device), seed, where.device))
+                if measure_throughput and exercise.throughput is not None:
+                    result.throughput = _throughput(exercise, result, runner, clean if timing else None)
+            finally:
+                runner.stop()
+        finally:
+            if baseline is not None:
+                baseline.stop()
+    _name_memory_exhaustion(result)
+    return result
+
+
+def _throughput(exercise: Exercise, result: CheckResult, runner: Runner, clean) -> ThroughputResult:
+    from .. import throughput
+    if clean is None:
+        return throughput.not_measured()
+    if not result.correct:
+        return ThroughputResult("not measured", "not measured: fix correctness first.")
+    return clean.race(runner)
+
+
+def _failed(exercise: Exercise, message: str) -> CheckResult:
+    return CheckResult(exercise.name, seed=-1, cases=[CaseResult("(whole submission)", False, message)])
+
+
+def _name_memory_exhaustion(result: CheckResult) -> None:
+    for case in result.cases:
+        if not case.passed and sandbox.ran_out_of_memory(case.message) and "ran out of memory" not in case.message:
+            case.message = f"your code {sandbox.memory_note()}: {case.message}"

@@ -1,0 +1,107 @@
+"""What the judge and a runner say to each other: a JSON header, then the raw bytes of the
+tensors it lists. Never a pickle: the judge decodes what a runner sends without running any
+of it, and checks every size, dtype and layout before it builds a tensor from the bytes."""
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import torch
+
+MAX_HEADER_BYTES = 1 << 20
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool)}
+
+
+class ProtocolError(Exception):
+    """A message that is not what the protocol allows."""
+
+
+class PeerGone(ProtocolError):
+    """The other end closed the channel (the runner ended)."""
+
+
+class TimedOut(ProtocolError):
+    """No whole message came before the deadline."""
+
+
+def send(sock: socket.socket, header: dict, tensors=()) -> None:
+    """Send ``header`` and, for each of ``tensors`` (on any device), the bytes its view
+    reaches, from its first element to its last: a strided view keeps its gaps."""
+    metas, blobs = [], []
+    for t in tensors:
+        span = 1 + sum((n - 1) * step for n, step in zip(t.shape, t.stride())) if t.numel() else 0
+        reached = t.as_strided((span,), (1,), t.storage_offset()).contiguous()
+        metas.append({"dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape),
+                      "stride": list(t.stride()), "offset": 0, "nbytes": span * t.element_size()})
+        blobs.append(memoryview(reached.view(torch.uint8).cpu().numpy()) if span else b"")
+    body = json.dumps(dict(header, tensors=metas)).encode()
+    sock.sendall(len(body).to_bytes(4, "big") + body)
+    for blob in blobs:
+        sock.sendall(blob)
+
+
+def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
+         device: str = "cpu") -> tuple[dict, list[torch.Tensor]]:
+    """The next message: its header and its tensors (built on ``device``), checked against the
+    protocol; at most ``max_tensor_bytes`` of tensor data, and all of it before ``deadline``
+    (a ``time.monotonic()`` value)."""
+    size = int.from_bytes(_read(sock, 4, deadline), "big")
+    if size > MAX_HEADER_BYTES:
+        raise ProtocolError(f"a header of {size} bytes")
+    try:
+        header = json.loads(_read(sock, size, deadline))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ProtocolError(f"a header that is not JSON ({error})") from None
+    if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
+        raise ProtocolError("a header that is not a JSON object with a list of tensors")
+    tensors, budget = [], max_tensor_bytes
+    for meta in header.pop("tensors", []):
+        nbytes = _layout(meta)
+        if nbytes > budget:
+            raise ProtocolError(f"{nbytes:,} bytes of tensor data, more than the {max_tensor_bytes:,} expected")
+        budget -= nbytes
+        tensors.append(_tensor(meta, bytearray(_read(sock, nbytes, deadline)), device))
+    return header, tensors
+
+
+def _layout(meta) -> int:
+    """The byte count of a tensor's description, once it is known to be a possible tensor."""
+    if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
+        raise ProtocolError(f"a tensor description that is not allowed: {str(meta)[:200]}")
+    size, stride, offset, nbytes = (meta.get(k) for k in ("size", "stride", "offset", "nbytes"))
+    if not (isinstance(size, list) and isinstance(stride, list) and len(size) == len(stride)
+            and all(type(n) is int and n >= 0 for n in [*size, *stride, offset, nbytes])):
+        raise ProtocolError(f"a tensor layout that is not allowed: {str(meta)[:200]}")
+    itemsize = DTYPES[meta["dtype"]].itemsize
+    last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else -1
+    if nbytes % itemsize or (last + 1) * itemsize > nbytes:
+        raise ProtocolError(f"a tensor whose layout reaches past its {nbytes} bytes")
+    return nbytes
+
+
+def _tensor(meta: dict, data: bytearray, device: str) -> torch.Tensor:
+    flat = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return flat.to(device).view(DTYPES[meta["dtype"]]).as_strided(meta["size"], meta["stride"], meta["offset"])
+
+
+def _read(sock: socket.socket, n: int, deadline: float) -> bytes:
+    chunks, left = [], n
+    while left:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimedOut(f"waited for {n} bytes")
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(min(left, 1 << 22))
+        except socket.timeout:
+            raise TimedOut(f"waited for {n} bytes") from None
+        except OSError as error:
+            raise PeerGone(str(error)) from None
+        if not chunk:
+            raise PeerGone("the runner closed the channel")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,175 @@
+"""The runner: the one process that runs a student's code while it is graded.
+
+It caps its memory, creates its CUDA context, confines itself (:mod:`.confine`), runs the
+notebook's setup and answer cells, and then serves the judge over the channel it was given:
+each request names inputs, the runner calls the student's function on them under the course's
+rules (:func:`autograder.correctness.call_student`) and sends back the output's bytes, or for
+a timed batch the output's device memory (:mod:`.ipc`). It decides nothing: whatever it sends
+is checked by the judge, and anything it leaves out is a failure.
+
+``python -m autograder.grading.runner ANSWER.py EXERCISE FD`` is its entry point, the
+channel being file descriptor FD; with ``--reference`` it serves the exercise's PyTorch
+reference instead of any student's code, which the judge times as the baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import types
+from pathlib import Path
+
+from . import confine, protocol, sandbox
+
+HIDDEN_PACKAGES = ("solutions",)
+"""Not importable by the student's code while it is graded: the reference kernels."""
+READY_TIMEOUT_S = 3600
+"""How long the runner waits for the judge's next request before it gives up and exits."""
+
+
+class _HiddenPackages:
+    """An import hook that refuses :data:`HIDDEN_PACKAGES`, wherever they are installed."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] in HIDDEN_PACKAGES:
+            raise ModuleNotFoundError(f"No module named {name!r}: the reference solutions cannot be "
+                                      "imported while your work is graded", name=name)
+        return None
+
+
+def run_answer(path: Path) -> tuple[dict, str | None]:
+    """Run the setup and answer cells as a notebook would (module ``__main__``); their
+    namespace, and why they failed if they did."""
+    module = types.ModuleType("__main__")
+    sys.modules["__main__"] = module
+    sys.meta_path.insert(0, _HiddenPackages)
+    try:
+        exec(compile(path.read_text(), str(path.resolve()), "exec"), vars(module))
+        return vars(module), None
+    except Exception as exc:  # the answer cells fail when run on their own
+        # a syntax error's line number counts from the top of setup + answers: show the line
+        detail = f"{exc.msg}: `{exc.text.strip()}`" if isinstance(exc, SyntaxError) and exc.text else exc
+        error = f"your answer cells raised {type(exc).__name__} when run on their own: {detail}"
+        if sandbox.ran_out_of_memory(error):
+            error = f"your code {sandbox.memory_note()}: {error}"
+        return vars(module), error
+
+
+class Server:
+    """The requests a runner answers: ``call`` (one correctness case), ``prepare`` and
+    ``run`` (a timed batch), ``ping``."""
+
+    def __init__(self, exercise, fn, device: str):
+        self.exercise, self.fn, self.device = exercise, fn, device
+        self.earlier, self.batch, self.outputs = [], [], []
+
+    def call(self, header: dict, tensors: list):
+        import torch
+
+        from ..correctness import GuardZones, call_student, copy_input
+        zones = GuardZones() if self.device == "cuda" else None
+        given = [copy_input(tensors[a["tensor"]], zones) if "tensor" in a else a["value"] for a in header["args"]]
+        out, problem = call_student(self.exercise, self.fn, tuple(given), self.device, self.earlier, zones)
+        if problem is not None:
+            return {"problem": problem}, []
+        return {"problem": None}, [out.detach()]
+
+    def prepare(self, header: dict, tensors: list):
+        """Make a batch's inputs from the judge's seeds, where the timed case lives."""
+        import torch
+
+        case = self.exercise.throughput.case
+        self.outputs = []
+        self.batch = [self.exercise.make_inputs(case, torch.Generator(self.device).manual_seed(seed), self.device)
+                      for seed in header["seeds"]]
+        torch.cuda.synchronize()
+        return {}, []
+
+    def run(self, header: dict, tensors: list):
+        """Call the function on every prepared input, back to back; hand over the outputs."""
+        import torch
+
+        from ..guards import watch
+        from . import ipc
+        if header.get("again"):  # the last batch's outputs, handed over once more (the baseline's)
+            return {"outputs": [ipc.export(o) for o in self.outputs]}, []
+        self.outputs = []
+        if header.get("audit"):  # the course's rules, on a batch that is not timed
+            with watch(self.exercise.allowed_ops) as record:
+                outs = [self.fn(*inputs) for inputs in self.batch]
+            from ..correctness import _integrity_problem
+            if (problem := _integrity_problem(self.exercise, record)) is not None:
+                return {"problem": problem}, []
+        else:
+            outs = [self.fn(*inputs) for inputs in self.batch]
+        self.outputs = [o.contiguous() if isinstance(o, torch.Tensor) else o for o in outs]
+        torch.cuda.synchronize()
+        if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in self.outputs):
+            return {"problem": f"`{self.exercise.function}` did not return a tensor on the GPU"}, []
+        return {"outputs": [ipc.export(o) for o in self.outputs]}, []
+
+    def ping(self, header: dict, tensors: list):
+        return {}, []
+
+
+def serve(channel: socket.socket, server: Server) -> None:
+    """Answer requests until the judge says ``quit`` or goes away. A request's failure that is
+    the student's (an exception in their function) is a reply, never an exit."""
+    from ..correctness import explain_exception
+    while True:
+        try:
+            header, tensors = protocol.recv(channel, time.monotonic() + READY_TIMEOUT_S, 1 << 40, server.device)
+        except protocol.ProtocolError:
+            return
+        op = header.get("op")
+        if op == "quit":
+            return
+        try:
+            reply, out = getattr(server, op)(header, tensors)
+        except Exception as error:  # the student's function failed outside call_student's guard
+            reply, out = {"problem": explain_exception(server.exercise, error)}, []
+        protocol.send(channel, reply, out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="run a student's answer cells for the judge (internal)")
+    parser.add_argument("answer", type=Path, help="the setup and answer cells, as a .py file")
+    parser.add_argument("exercise")
+    parser.add_argument("fd", type=int, help="the channel to the judge")
+    parser.add_argument("--reference", action="store_true", help="serve the PyTorch reference instead")
+    args = parser.parse_args(argv)
+    channel = socket.socket(fileno=args.fd)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # CPU ops on the calling thread only
+
+    sandbox.limit_memory()
+    from .. import device, exercises
+    where = device.setup_device(verbose=False)  # before the student's @triton.jit
+    if where.has_gpu:
+        device.start_cuda()  # and before confining: the driver opens its files here
+    exercise = exercises.get(args.exercise)
+    if args.reference:
+        protocol.send(channel, {"error": None})
+        serve(channel, Server(exercise, exercise.reference, where.device))
+        return 0
+    cache = os.environ.get("TRITON_CACHE_DIR")  # this student's own (judge.compile_cache)
+    try:
+        confine.confine(Path.cwd(), *([Path(cache)] if cache else []))  # before anything of the student's is read
+    except confine.ConfinementError as error:
+        protocol.send(channel, {"error": f"grading could not confine your code ({error}), so none of it "
+                                         "ran: tell your instructor."})
+        return 0
+    namespace, error = run_answer(args.answer)
+    fn = namespace.get(exercise.function)
+    if error is None and fn is None:
+        error = f"your answer cells define no function `{exercise.function}`."
+    protocol.send(channel, {"error": error})
+    if error is None:
+        serve(channel, Server(exercise, fn, where.device))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

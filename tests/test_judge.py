@@ -1,0 +1,490 @@
+"""The judge grades answer cells it never runs: whatever the runner's code does to the
+checker in its own process, the verdict is the judge's. Each attack below earned marks when
+checker and student code shared one process (issue 18); each must now earn what a kernel
+that does nothing earns."""
+import nbformat
+import pytest
+
+from autograder.check import GradingFailure, grade
+from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
+from autograder.grading import judge as judging
+from autograder.notebook_sync import solution_section
+
+SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom autograder import check, grade, setup_device\ndevice = setup_device()"
+ZEROS = '''
+@triton.jit
+def zero_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros((BLOCK,), dtype=out_ptr.dtype.element_ty), mask=offs < n)
+
+def add(x, y):
+    out = torch.empty_like(x)
+    zero_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
+    return out
+'''
+RIGGED_CHECKER = '''
+import autograder.correctness, torch
+autograder.correctness.compare = lambda *args, **kwargs: None   # "every output matches"
+torch.isclose = lambda a, b, **kw: torch.ones(a.shape, dtype=torch.bool)
+torch.equal = lambda a, b: True
+'''
+
+RIGGED_IMPORT = '''
+import importlib.abc, importlib.util, sys
+
+class RiggedChecker(importlib.abc.Loader):   # the fresh checker, as this answer would have it
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        from autograder.report import CaseResult, CheckResult
+        module.check = lambda name, fn, **kw: CheckResult(name, 0, [CaseResult("every case", True)])
+
+class Finder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "autograder.check":
+            return importlib.util.spec_from_loader(name, RiggedChecker())
+
+sys.meta_path.insert(0, Finder)
+'''
+
+
+def write_notebook(folder, answer: str, other: str = "", name: str = VECTOR_ADD.name) -> None:
+    def cell(source, **nbgrader):
+        c = nbformat.v4.new_code_cell(source)
+        c.metadata["nbgrader"] = nbgrader
+        return c
+    nb = nbformat.v4.new_notebook(cells=[
+        cell(SETUP, grade_id="setup", solution=False),
+        cell(answer, grade_id="answer", solution=True),
+        cell(other + "\n%timeit 1", grade_id="try_code", solution=False),
+    ])
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+@pytest.fixture
+def graded_here(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(judging.ISOLATE_VAR, "1")
+    return tmp_path
+
+
+def isolated(exercise=VECTOR_ADD, cases="visible"):
+    return judging.grade_notebook(exercise, cases=cases, measure_throughput=False)
+
+
+def test_only_setup_and_answer_cells_run(graded_here):
+    write_notebook(graded_here, "def add(x, y): pass", other="raise SystemExit('never run')")
+    code = judging.student_code(graded_here / f"{VECTOR_ADD.name}.ipynb")
+    assert "never run" not in code and "def add" in code and "setup_device()" in code
+
+
+def test_the_reference_passes_in_a_clean_process(graded_here):
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    assert isolated().correct
+
+
+def test_a_students_tests_share_a_compile_cache_of_their_own(graded_here):
+    mark = "\nimport os\nopen(os.path.join(os.environ['TRITON_CACHE_DIR'], 'graded'), 'a').write('x')\n"
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add") + mark)
+    assert isolated().correct and isolated().correct  # writable, confined or not
+    cache = judging.compile_cache()
+    assert (cache / "graded").read_text() == "xx" and not cache.is_relative_to(graded_here)
+
+
+def test_a_rigged_checker_in_the_answer_cell_does_not_help(graded_here):
+    write_notebook(graded_here, ZEROS + RIGGED_CHECKER)
+    result = isolated()
+    assert not any(c.passed for c in result.cases)
+    assert "elements differ" in result.cases[-1].message
+
+
+def test_an_import_hook_cannot_hand_over_a_rigged_checker(graded_here):
+    write_notebook(graded_here, ZEROS + RIGGED_IMPORT)
+    result = isolated()
+    assert len(result.cases) > 1 and not any(c.passed for c in result.cases)
+
+
+def test_a_rigged_checker_elsewhere_in_the_notebook_does_not_run(graded_here):
+    write_notebook(graded_here, ZEROS, other=RIGGED_CHECKER)
+    assert not isolated().correct
+
+
+def test_a_crash_or_a_hang_fails_only_that_test(graded_here, monkeypatch):
+    write_notebook(graded_here, "import os\ndef add(x, y):\n    os._exit(3)")
+    result = isolated()
+    assert "crashed the grading process (exit code 3)" in result.cases[0].message
+    write_notebook(graded_here, "import time\ndef add(x, y):\n    time.sleep(600)")
+    monkeypatch.setenv(judging.TIMEOUT_VAR, "20")
+    result = isolated()
+    assert "stopped after 20 s, the limit for one graded test" in result.cases[0].message
+    assert all(c.message == result.cases[0].message for c in result.cases[1:])
+
+
+def test_a_broken_answer_cell_is_explained(graded_here):
+    write_notebook(graded_here, "def add(x, y)\n    return x")
+    assert "raised SyntaxError when run on their own" in isolated().cases[0].message
+    write_notebook(graded_here, "def plus(x, y): return x")
+    assert "define no function `add`" in isolated().cases[0].message
+
+
+FAULTING = '''
+@triton.jit
+def far_away_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs.to(tl.int64) + 2**40, 1.0, mask=offs < n)   # 4 TB past the output
+
+def add(x, y):
+    out = torch.empty_like(x)
+    far_away_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
+    return out
+'''
+
+
+@pytest.mark.gpu
+def test_an_illegal_memory_access_costs_only_that_test(graded_here):
+    import torch
+    write_notebook(graded_here, FAULTING)
+    first, *rest = isolated().cases
+    assert "faulted on the GPU" in first.message and "restart the kernel" in first.message, first.message
+    assert all(c.message.startswith("not run:") for c in rest)
+    # this process's CUDA context, and the next submission's, are untouched
+    assert torch.ones(4, device="cuda").sum().item() == 4
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    assert isolated().correct
+
+
+def _as_root_with_nobody() -> bool:
+    import os
+    import pwd
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return False
+    return os.geteuid() == 0
+
+
+@pytest.fixture
+def python_for_nobody(monkeypatch):
+    """An interpreter `nobody` can run: this machine's course env may sit on a Python under /root,
+    so make a venv from the system's python3 of the same version that sees the course env's
+    packages, and grade with it."""
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    import tempfile
+    from pathlib import Path
+
+    base = Path("/usr/bin/python3")
+    if not base.exists() or subprocess.run([base, "-c", f"import sys; assert sys.version_info[:2] == {sys.version_info[:2]}"]).returncode:
+        pytest.skip(f"needs /usr/bin/python3 of version {sys.version_info[0]}.{sys.version_info[1]}")
+    folder = Path(tempfile.mkdtemp(prefix="python-for-nobody-"))
+    folder.chmod(0o755)
+    subprocess.run([base, "-m", "venv", "--without-pip", folder / "env"], check=True)
+    site = next((folder / "env" / "lib").glob("python3*/site-packages"))
+    (site / "course.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    (folder / "env" / "bin" / "alembic").symlink_to(Path(sys.executable).parent / "alembic")  # nbgrader calls it
+    monkeypatch.setattr(sys, "executable", str(folder / "env" / "bin" / "python3"))
+    yield
+    shutil.rmtree(folder)
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_a_grading_user_cannot_read_what_is_closed_to_it(graded_here, monkeypatch, python_for_nobody):
+    import tempfile
+    from pathlib import Path
+    from autograder.grading import confine, sandbox
+
+    folder = Path(tempfile.mkdtemp(prefix="instructor-"))
+    folder.chmod(0o755)
+    (folder / "answers.txt").write_text("the hidden answers")
+    (folder / "answers.txt").chmod(0o644)
+    reference = solution_section("solutions/vector_add.py", "add")
+    write_notebook(graded_here, reference + f"\nSTOLEN = open({str(folder / 'answers.txt')!r}).read()")
+    monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+    monkeypatch.setenv(confine.READABLE_VAR, str(folder))  # open to Landlock: only permissions decide
+    result = isolated()
+    assert result.correct, result.summary()  # readable by anyone: the grading user reads it too
+    sandbox.close_to_others(folder)
+    message = isolated().cases[0].message
+    assert "raised PermissionError when run on their own" in message, message
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_a_grading_user_who_cannot_run_python_is_refused_clearly(graded_here, monkeypatch, tmp_path):
+    import sys
+    from autograder.grading import sandbox
+
+    hidden = tmp_path / "closed"
+    hidden.mkdir(mode=0o700)
+    (hidden / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(hidden / "python"))
+    monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    with pytest.raises(PermissionError, match="nobody: that user cannot run .*closed/python"):
+        isolated()
+
+
+# --- what the judge decides, however the runner's process is rigged (issue 18) ---------------
+ATTACKS = {
+    "writes_a_verdict_file_and_exits": '''
+import json, os
+for _name in ("result.json", "verdict.json", "../result.json"):
+    try:
+        open(_name, "w").write(json.dumps({"exercise": "ps1_vector_add", "seed": 0, "throughput": None,
+                                           "cases": [{"label": "all", "passed": True, "message": ""}]}))
+    except OSError:
+        pass
+os._exit(0)
+''',
+    "wraps_json_dumps": '''
+import json
+_dumps = json.dumps
+def _passing(obj, *args, **kwargs):
+    if isinstance(obj, dict):
+        obj = dict(obj, problem=None, passed=True, error=None)
+    return _dumps(obj, *args, **kwargs)
+json.dumps = _passing
+''',
+    "wraps_the_comparison": '''
+import functools, torch
+import autograder.correctness as _c
+_c.compare = functools.wraps(_c.compare)(lambda *args, **kwargs: None)
+_c.judge_output = functools.wraps(_c.judge_output)(lambda *args, **kwargs: None)
+torch.allclose = functools.wraps(torch.allclose)(lambda *args, **kwargs: True)
+''',
+    "leaves_a_dispatch_mode_that_says_yes": '''
+from torch.utils._python_dispatch import TorchDispatchMode
+class _Yes(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.all, torch.ops.aten.equal, torch.ops.aten.isclose):
+            return torch.tensor(True)
+        return func(*args, **(kwargs or {}))
+_Yes().__enter__()
+''',
+    "rewrites_the_graders_code_objects": '''
+import autograder.correctness as _c, autograder.guards as _g
+_c.compare.__code__ = (lambda out, ref, atol, rtol: None).__code__
+_c.judge_output.__code__ = (lambda exercise, case, inputs, out: None).__code__
+_g.GuardZones.damage.__code__ = (lambda self: None).__code__
+''',
+    "fakes_the_autograder_package": '''
+import sys, types
+_fake = types.ModuleType("autograder")
+_fake.__path__ = []
+_fake.check = _fake.grade = _fake.judge = lambda *args, **kwargs: 3
+for _name in [m for m in sys.modules if m.split(".")[0] == "autograder"]:
+    sys.modules[_name] = _fake
+''',
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_rigging_the_runner_earns_what_a_kernel_that_does_nothing_earns(graded_here, attack):
+    write_notebook(graded_here, ZEROS + ATTACKS[attack])
+    with pytest.raises(GradingFailure, match="0 / 3 points"):
+        grade(VECTOR_ADD.name, None, "correctness")
+
+
+def test_the_same_rigging_leaves_an_honest_kernel_its_marks(graded_here, capsys):
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add") + ATTACKS["wraps_the_comparison"])
+    assert grade(VECTOR_ADD.name, None, "correctness") == 3
+    assert "3 / 3 points" in capsys.readouterr().out
+
+
+COPY_KERNEL = '''
+@triton.jit
+def copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+def copied_out(result):
+    result = result.contiguous()
+    out = torch.empty_like(result)
+    copy_kernel[(triton.cdiv(result.numel(), 1024),)](result, out, result.numel(), BLOCK=1024)
+    return out
+'''
+SOFTMAX_IN_A_THREAD = COPY_KERNEL + '''
+import queue, threading
+_jobs, _done = queue.Queue(), queue.Queue()
+
+def _worker():
+    while True:
+        _done.put(torch.special.softmax(_jobs.get(), dim=-1))
+
+threading.Thread(target=_worker, daemon=True).start()
+
+def softmax(x):
+    _jobs.put(x)
+    return copied_out(_done.get())
+'''
+MATMUL_IN_NUMPY = COPY_KERNEL + '''
+import numpy as np
+
+def matmul(a, b):
+    product = np.matmul(a.cpu().double().numpy(), b.cpu().double().numpy())
+    return copied_out(torch.from_numpy(product).to(a.device, a.dtype))
+'''
+
+
+@pytest.mark.parametrize("exercise, answer, words", [
+    ("ps2_fused_softmax", SOFTMAX_IN_A_THREAD, "handed work to another thread"),
+    ("ps4_matmul", MATMUL_IN_NUMPY, "took data out of PyTorch for the host to compute with"),
+])
+def test_results_computed_elsewhere_and_copied_out_by_a_kernel_fail(graded_here, exercise, answer, words):
+    from autograder import exercises
+    spec = exercises.get(exercise)
+    write_notebook(graded_here, answer, name=exercise)
+    result = isolated(spec)
+    assert not any(c.passed for c in result.cases), result.summary()
+    assert words in result.cases[0].message, result.cases[0].message
+
+
+def test_check_and_the_judge_agree_on_an_honest_kernel(graded_here):
+    from autograder import check
+    from solutions.vector_add import add
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    for cases in ("visible", "hidden"):
+        mine = check(VECTOR_ADD, add, cases=cases, measure_throughput=False, verbose=False)
+        judged = isolated(cases=cases)
+        assert [(c.label, c.passed) for c in mine.cases] == [(c.label, c.passed) for c in judged.cases]
+
+
+def test_the_judge_refuses_malformed_messages():
+    import socket
+    import time
+    from autograder.grading import protocol
+    for header in ({"tensors": [{"dtype": "object", "size": [1], "stride": [1], "offset": 0, "nbytes": 8}]},
+                   {"tensors": [{"dtype": "float32", "size": [4], "stride": [1], "offset": 2, "nbytes": 16}]},
+                   {"tensors": [{"dtype": "float32", "size": [-1], "stride": [1], "offset": 0, "nbytes": 4}]},
+                   {"tensors": [{"dtype": "float32", "size": [2**20], "stride": [1], "offset": 0, "nbytes": 2**22}]}):
+        ours, theirs = socket.socketpair()
+        body = __import__("json").dumps(header).encode()
+        theirs.sendall(len(body).to_bytes(4, "big") + body)
+        with pytest.raises(protocol.ProtocolError):
+            protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=2**20)
+    ours, theirs = socket.socketpair()
+    theirs.sendall((2**31).to_bytes(4, "big"))
+    with pytest.raises(protocol.ProtocolError, match="header of"):
+        protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=0)
+
+
+# --- on a GPU: the judge's clock and guard zones (results/gpu/) ------------------------------
+REFERENCE_ADD = solution_section("solutions/vector_add.py", "add")
+SLOW_ADD = REFERENCE_ADD + '''
+
+def add(x, y, _add=add):  # the right answer with twice the memory traffic: about 0.5x torch.add
+    _add(x, y)
+    return _add(x, y)
+'''
+TIMING_ATTACKS = {
+    "patches_cuda_events_and_do_bench": SLOW_ADD + '''
+import triton.testing
+torch.cuda.Event.record = lambda self, stream=None: None
+torch.cuda.Event.elapsed_time = lambda self, end: 1e-3
+torch.cuda.Event.synchronize = lambda self: None
+triton.testing.do_bench = lambda *args, **kwargs: 1e-3
+''',
+    "caches_on_the_inputs": SLOW_ADD + '''
+_seen, _calls = {}, [0]
+
+def add(x, y, _add=add):  # one timed call in three served from a cache keyed on the inputs
+    _calls[0] += 1
+    key = (x.data_ptr(), y.data_ptr(), x.shape)
+    if x.numel() >= 2**24 and key in _seen and _calls[0] % 3 == 0:
+        return _seen[key]
+    _seen[key] = out = _add(x, y)
+    return out
+''',
+    "answers_before_its_side_stream_is_done": SLOW_ADD + '''
+_side = torch.cuda.Stream()
+torch.cuda.synchronize = lambda device=None: None
+torch.cuda.Stream.synchronize = lambda self: None
+
+def add(x, y, _add=add):
+    with torch.cuda.stream(_side):
+        return _add(x, y)
+''',
+    "keeps_the_gpu_busy_for_the_baseline": SLOW_ADD + '''
+_side = torch.cuda.Stream()
+torch.cuda.synchronize = lambda device=None: None
+
+def add(x, y, _add=add):
+    out = _add(x, y)
+    if x.numel() >= 2**24:
+        with torch.cuda.stream(_side):
+            torch.cuda._sleep(20_000_000)  # about 10 ms of a busy GPU after every timed call
+    return out
+''',
+}
+
+
+def graded_throughput(folder, answer):
+    write_notebook(folder, answer)
+    return judging.grade_notebook(VECTOR_ADD, cases="visible", measure_throughput=True)
+
+
+@pytest.mark.gpu
+def test_the_judge_times_the_reference_above_its_threshold(graded_here):
+    result = graded_throughput(graded_here, REFERENCE_ADD)
+    assert result.correct and result.throughput.passed, result.summary()
+    assert 0.85 < result.throughput.ratio < 1.2, result.throughput.message
+
+
+@pytest.mark.gpu
+def test_a_slow_add_fails_its_threshold(graded_here):
+    result = graded_throughput(graded_here, SLOW_ADD)
+    assert result.correct and result.throughput.status == "failed", result.summary()
+    assert 0.3 < result.throughput.ratio < 0.7, result.throughput.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("attack", sorted(TIMING_ATTACKS))
+def test_a_slow_add_cannot_buy_speed(graded_here, attack):
+    result = graded_throughput(graded_here, TIMING_ATTACKS[attack])
+    assert result.throughput is not None and not result.throughput.passed, result.summary()
+
+
+@pytest.mark.gpu
+def test_a_store_past_the_end_fails_on_a_gpu(graded_here):
+    unmasked = REFERENCE_ADD.replace("tl.store(out_ptr + offsets, x + y, mask=mask)", "tl.store(out_ptr + offsets, x + y)")
+    assert unmasked != REFERENCE_ADD
+    result = graded_throughput(graded_here, unmasked)
+    ragged = [c for c in result.cases if int(c.label.split()[0]) % 1024]
+    assert ragged and not any(c.passed for c in ragged), result.summary()
+    assert "stored outside the tensor your function made with torch.empty_like" in ragged[0].message
+    assert all(c.passed for c in result.cases if c not in ragged)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["ps1_vector_add", "ps2_fused_softmax", "ps3_online_softmax", "ps4_matmul",
+                                  "ps5_flash_attention"])
+def test_every_reference_earns_full_marks_from_the_judge(graded_here, name):
+    import os
+    import shutil
+    from autograder import exercises
+    from conftest import ROOT
+    spec = exercises.get(name)
+    shutil.copy(ROOT / "source" / name / f"{name}.ipynb", graded_here)  # the reference, as released with solutions
+    hidden = judging.grade_notebook(spec, cases="hidden", measure_throughput=False)
+    timed = judging.grade_notebook(spec, cases="visible", measure_throughput=True)
+    assert hidden.correct and timed.correct and timed.throughput.passed, (hidden.summary(), timed.summary())
+    if record := os.environ.get("COURSE_JUDGE_RESULTS"):  # results/gpu/ keeps the figures
+        with open(record, "a") as f:
+            f.write(f"| {name} | {timed.throughput.message} |\n")
+
+
+def test_the_protocol_keeps_a_strided_views_layout_and_only_what_it_reaches():
+    import socket
+    import time
+    import torch
+    from autograder.grading import protocol
+    wide = torch.arange(60, dtype=torch.float32).reshape(6, 10)
+    view = wide[1:4, 2:7]
+    ours, theirs = socket.socketpair()
+    protocol.send(theirs, {"op": "call"}, [view])
+    header, (got,) = protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=4 * 25)
+    assert header == {"op": "call"} and torch.equal(got, view) and got.stride() == view.stride()
+    assert got.untyped_storage().nbytes() == 4 * (2 * 10 + 5)  # first to last element, gaps included
