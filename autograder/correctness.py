@@ -83,16 +83,17 @@ def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor
 
 
 def call_student(exercise: Exercise, fn, given: tuple, device: str, earlier: list,
-                 zones: GuardZones | None = None) -> tuple[torch.Tensor | None, str | None]:
+                 zones: GuardZones | None = None, all_threads: bool = False) -> tuple[torch.Tensor | None, str | None]:
     """Call ``fn`` on ``given`` under the course's rules: ``(output, None)``, or ``(None, why
     not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
-    outputs of earlier calls (a reused buffer is refused)."""
+    outputs of earlier calls (a reused buffer is refused); ``all_threads``: see
+    :func:`~autograder.guards.watch`."""
     if (problem := signature_problem(exercise, fn, given)) is not None:
         return None, problem
     before = [t.clone() for t in _tensors(given)]
     try:
         with time_limit(exercise.time_limit_s, f"`{exercise.function}` on these inputs"), \
-                watch(exercise.allowed_ops, zones) as record:
+                watch(exercise.allowed_ops, zones, all_threads) as record:
             out = fn(*given)
             if device == "cuda":
                 torch.cuda.synchronize()

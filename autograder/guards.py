@@ -133,10 +133,13 @@ def _kernel_classes():
 
 
 @contextlib.contextmanager
-def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | None = None):
+def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | None = None,
+          all_threads: bool = False):
     """Record, inside the ``with`` block, the kernel launches, the computing PyTorch ops, data
-    handed to the host's arithmetic and work in other threads; fill fresh ``torch.empty``
-    tensors with NaN and, given ``zones``, place the GPU tensors made in the block in them.
+    handed to the host's arithmetic and threads started; fill fresh ``torch.empty`` tensors with
+    NaN and, given ``zones``, place the GPU tensors made in the block in them. ``all_threads``:
+    also count every other thread that uses CPU meanwhile (a grading runner has none of its own;
+    a Jupyter kernel has several, so a notebook's self-check leaves this off).
 
     The launch counter wraps ``run`` of Triton's kernel classes rather than using
     ``triton.knobs.runtime.launch_enter_hook``: that hook is absent before Triton 3.4
@@ -157,7 +160,7 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | N
     for cls, original in originals.items():
         cls.run = counting(original)
     patched = _patch_host_and_threads(record)
-    busy = _other_threads_cpu_ns()
+    busy = _other_threads_cpu_ns() if all_threads else None
     try:
         with _OpRecorder(record, allowed_ops, zones):
             yield record
@@ -166,7 +169,8 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | N
             cls.run = original
         for owner, name, original in patched:
             setattr(owner, name, original)
-        record.threads += _threads_that_ran(busy)
+        if busy is not None:
+            record.threads += _threads_that_ran(busy)
 
 
 OTHER_THREAD_CPU_NS = 20_000
@@ -210,7 +214,7 @@ def _other_threads_cpu_ns() -> dict[int, int]:
 def _threads_that_ran(before: dict[int, int]) -> list[str]:
     now = _other_threads_cpu_ns()
     names = {t.ident: t.name for t in threading.enumerate()}
-    return [f"thread {names.get(ident, ident)!r} ran for {(now[ident] - before.get(ident, 0)) / 1e6:.1f} ms of CPU"
+    return [f"thread {names.get(ident, ident)!r} ran for {(now[ident] - before.get(ident, 0)) / 1e3:,.0f} µs of CPU"
             for ident in now if now[ident] - before.get(ident, 0) > OTHER_THREAD_CPU_NS]
 
 

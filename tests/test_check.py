@@ -193,6 +193,8 @@ def test_throughput_is_never_passed_silently_without_a_gpu(monkeypatch):
         grade("ps1_vector_add", add, "throughput")
     monkeypatch.setenv("TRITON_COURSE_CPU_THROUGHPUT", "award")
     assert grade("ps1_vector_add", add, "throughput") == VECTOR_ADD.points["throughput"]
+    with pytest.raises(GradingFailure, match="needs a GPU"):  # "award" never pays an incorrect kernel
+        grade("ps1_vector_add", lambda x, y: _launch(x, y, torch.zeros_like(x))[:0], "throughput")
 
 
 def test_grade_gives_full_points_to_the_reference():
