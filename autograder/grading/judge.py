@@ -107,13 +107,15 @@ class Runner:
         failed exchange ends the runner and returns ``({"problem": why}, [])``."""
         if self.ended:
             return {"problem": self.ended}, []
-        deadline = min(self.deadline, time.monotonic() + (limit_s or self.limit_s))
+        limit_s = limit_s or self.limit_s
+        deadline = min(self.deadline, time.monotonic() + limit_s)
         try:
             if header is not None:
                 protocol.send(self.channel, header, tensors)
             return protocol.recv(self.channel, deadline, max_bytes)
         except protocol.TimedOut:
-            self.ended = self._stop(timed_out=deadline if deadline < self.deadline else None)
+            what = "your answer cells" if header is None else f"`{self.exercise.function}`"
+            self.ended = self._stop(timed_out=(what, limit_s) if deadline < self.deadline else None)
         except protocol.PeerGone:
             self.ended = self._stop()
         except (protocol.ProtocolError, OSError) as error:
@@ -153,9 +155,9 @@ class Runner:
             self.process.wait(5)
         self._stop()
 
-    def _stop(self, timed_out: float | bool = False, broken: str | None = None) -> str:
+    def _stop(self, timed_out: tuple | bool | None = False, broken: str | None = None) -> str:
         """Stop the process; why it ended, for the student. ``timed_out``: None when the whole
-        test's time ran out, a deadline when one request's did."""
+        test's time ran out, (what, seconds) when one request's did."""
         self.process.resume()
         returncode = None if timed_out is not False else self.process.wait(5)
         finished = self.process.stop()
@@ -166,8 +168,9 @@ class Runner:
             budget = float(os.environ.get(TIMEOUT_VAR, TEST_LIMIT_S))
             return f"grading was stopped after {budget:g} s, the limit for one graded test: the code never finished.{last}"
         if timed_out is not False:
-            return (f"`{self.exercise.function}` did not answer within {self.exercise.time_limit_s:g} s, so grading "
-                    f"stopped it: look for a loop that never ends or a grid far larger than intended.{last}")
+            what, seconds = timed_out
+            return (f"{what} did not finish within {seconds:g} s, so grading stopped them: look for a loop "
+                    f"that never ends or a grid far larger than intended.{last}")
         if broken is not None:
             return f"the grading process sent what the judge does not accept ({broken}).{last}"
         how = sandbox.describe_exit(returncode) if returncode is not None else "it closed its channel"
