@@ -50,9 +50,17 @@ def grade(exercise: str, fn, part: str) -> float:
     nbgrader reads a number returned by a cell as partial credit; nothing earned raises
     :class:`GradingFailure`, which nbgrader scores 0.
     """
+    import os
+
     from . import grading
+    from .grading.autograde import GradedElsewhere
 
     spec = exercises.get(exercise)
+    if os.environ.get("NBGRADER_EXECUTION") == "autograde" and not isinstance(fn, GradedElsewhere):
+        # the course's nbgrader_config.py was not loaded: the student's cells ran in this kernel
+        raise GradingFailure(f"{exercise} {part}: not graded. nbgrader ran without the course's settings "
+                             "(nbgrader_config.py), so the student's cells ran beside the tests; run nbgrader "
+                             "from the course root, where nbgrader_config.py is.")
     if part not in spec.points:
         raise ValueError(f"part={part!r}: use one of {', '.join(spec.points)}")
     cases = "hidden" if part == "hidden" else "visible"

@@ -488,3 +488,11 @@ def test_the_protocol_keeps_a_strided_views_layout_and_only_what_it_reaches():
     header, (got,) = protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=4 * 25)
     assert header == {"op": "call"} and torch.equal(got, view) and got.stride() == view.stride()
     assert got.untyped_storage().nbytes() == 4 * (2 * 10 + 5)  # first to last element, gaps included
+
+
+def test_autograde_without_the_course_settings_grades_nothing(graded_here, monkeypatch):
+    from solutions.vector_add import add
+    write_notebook(graded_here, solution_section("solutions/vector_add.py", "add"))
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # but the kernel holds the student's own `add`
+    with pytest.raises(GradingFailure, match="nbgrader ran without the course's settings"):
+        grade(VECTOR_ADD.name, add, "correctness")
