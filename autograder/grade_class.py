@@ -5,13 +5,23 @@
 process of its own, so a notebook that is broken, hangs or crashes costs only its own
 student; then it prints a table: points, the tests that lost points, and why, and which
 locked cells a student changed (each is graded as released: :mod:`autograder.grading.autograde`).
+
+Each student's result is saved as soon as they are graded, in ``grades/<assignment>.json`` and
+``.csv`` beside the gradebook; ``--resume`` skips students already graded on the same
+notebook, ``--show`` prints the table from what was saved. Before anyone is graded, the set-up
+is checked (:func:`setup_problems`): a run that would grade wrongly stops with a sentence.
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
+import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +51,98 @@ class StudentGrade:
     """One line per failing cell (or per failure to grade at all)."""
     notes: list[str] = field(default_factory=list)
     """One line per locked cell the student changed, and whether the released one was graded."""
+    graded: bool = True
+    """False when nbgrader could not grade the notebook at all (``reasons`` says why)."""
+    seconds: float = 0.0
+    """How long grading this student took."""
+    notebook: str = ""
+    """The SHA-256 of the submitted notebooks, so ``--resume`` knows a resubmission."""
+
+
+RESULTS_FOLDER = "grades"
+"""Beside the gradebook: ``<assignment>.json`` and ``.csv``, rewritten after every student."""
+PART_OF_CELL = {"test_correctness": "correctness", "test_hidden": "hidden", "test_throughput": "throughput"}
+
+
+class SetupError(RuntimeError):
+    """The course is set up so that grading would go wrong: nothing is graded."""
+
+
+def submission_digest(course: Path, assignment: str, student: str) -> str:
+    digest = hashlib.sha256()
+    for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def saved(course: Path, assignment: str) -> dict[str, StudentGrade]:
+    """The results saved by earlier runs, by student."""
+    path = course / RESULTS_FOLDER / f"{assignment}.json"
+    if not path.exists():
+        return {}
+    return {name: StudentGrade(**record) for name, record in json.loads(path.read_text()).items()}
+
+
+def save(course: Path, assignment: str, grades: dict[str, StudentGrade]) -> None:
+    """Write the JSON and the CSV whole, each to a new file renamed over the old one: a run
+    stopped at any moment leaves the last complete pair."""
+    folder = course / RESULTS_FOLDER
+    folder.mkdir(exist_ok=True)
+    records = {name: dataclasses.asdict(g) for name, g in sorted(grades.items())}
+    _replace(folder / f"{assignment}.json", json.dumps(records, indent=1, ensure_ascii=False))
+    rows = [["student", "score", "max_score", "graded", "seconds", "failing", "reasons"]]
+    rows += [[g.student, f"{g.score:g}", f"{g.max_score:g}", g.graded, f"{g.seconds:.1f}", " ".join(g.failing),
+              " | ".join(g.reasons)] for g in (grades[n] for n in sorted(grades))]
+    _replace(folder / f"{assignment}.csv", rows)
+
+
+def _replace(path: Path, content) -> None:
+    part = path.with_name(path.name + ".part")
+    with part.open("w", newline="") as f:
+        if isinstance(content, str):
+            f.write(content)
+        else:
+            csv.writer(f).writerows(content)
+    os.replace(part, path)
+
+
+def setup_problems(course: Path, assignment: str) -> list[str]:
+    """What would make grading this class go wrong, one sentence each: nbgrader's settings not
+    the course's (hidden tests would show in the feedback, the student's cells would run in
+    the tests' kernel), a grading user who cannot run Python, points in the package that differ
+    from the gradebook's."""
+    problems = []
+    config = course / "nbgrader_config.py"
+    if not config.exists() or "autograder.grading.autograde.ExecuteInstructorCells" not in config.read_text():
+        problems.append(f"{config} is missing or is not the course's: nbgrader would run the student's cells "
+                        "beside the tests and show hidden tests in the feedback. Copy the course's "
+                        "nbgrader_config.py there, or pass --course the course root.")
+    try:
+        if (user := sandbox.grading_user()) is not None:
+            sandbox._check_interpreter_runs_as(user, sys.executable)
+    except (PermissionError, KeyError) as error:
+        problems.append(str(error).strip("'\""))
+    problems += _points_differ(course, assignment)
+    return problems
+
+
+def _points_differ(course: Path, assignment: str) -> list[str]:
+    from . import exercises
+    if assignment not in exercises.ASSIGNMENTS or not (course / "gradebook.db").exists():
+        return []
+    declared = exercises.get(assignment).points
+    try:
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+            cells = {c.name: c.max_score for c in gb.find_notebook(assignment, assignment).grade_cells}
+    except MissingEntry:
+        return []
+    differ = [f"{name} is worth {cells[name]:g} in the gradebook and {declared[part]:g} in the package"
+              for name, part in PART_OF_CELL.items() if name in cells and part in declared
+              and cells[name] != declared[part]]
+    if not differ:
+        return []
+    return [f"{'; '.join(differ)}: run `nbgrader generate_assignment {assignment} --force` after changing "
+            "the declaration (and reinstall the package where grading runs)."]
 
 
 def unreadable(course: Path, assignment: str, student: str) -> str | None:
@@ -128,7 +230,7 @@ def locked_cell_notes(course: Path, assignment: str, student: str) -> list[str]:
 
 
 def collect_grade(course: Path, assignment: str, student: str, problem: str | None) -> StudentGrade:
-    grade = StudentGrade(student)
+    grade = StudentGrade(student, graded=problem is None)
     if problem is not None:
         grade.failing, grade.reasons = ["(whole notebook)"], [problem]
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -151,26 +253,38 @@ def collect_grade(course: Path, assignment: str, student: str, problem: str | No
     return grade
 
 
-def progress(done: int, total: int, student: str) -> None:
-    width = 30
-    filled = width * done // total
-    end = "\n" if done == total or not sys.stdout.isatty() else "\r"
-    print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {student:<20}", end=end, flush=True)
+def grade_class(course: Path, assignment: str, only: list[str] | None = None,
+                resume: bool = False) -> list[StudentGrade]:
+    """Autograde every student in ``submitted/`` (or those in ``only``), one process each,
+    saving each result as it comes; ``resume`` keeps saved results of unchanged notebooks.
+    Raises :class:`SetupError` before grading anyone when :func:`setup_problems` finds any."""
+    from tqdm import tqdm
 
-
-def grade_class(course: Path, assignment: str, only: list[str] | None = None) -> list[StudentGrade]:
-    """Autograde every student in ``submitted/`` (or those in ``only``), one process each."""
+    if problems := setup_problems(course, assignment):
+        raise SetupError("\n".join(problems))
     students = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}")
                       if only is None or p.parent.name in only)
-    grades = []
-    for i, student in enumerate(students):
+    results = saved(course, assignment)
+    bar = tqdm(students, unit="student", dynamic_ncols=True)
+    failed = 0
+    for student in bar:
+        digest = submission_digest(course, assignment, student)
+        earlier = results.get(student)
+        if resume and earlier is not None and earlier.graded and earlier.notebook == digest:
+            continue
+        bar.set_postfix_str(f"{student}, {failed} not graded", refresh=True)
         if sandbox.grading_user() is not None:  # closed again before each student: nbgrader adds files
             sandbox.close_to_others(*(course / name for name in CLOSED_TO_GRADING_USER),
                                     Path(solutions.__file__).parent)
-        problem = autograde(course, assignment, student)
-        grades.append(collect_grade(course, assignment, student, problem))
-        progress(i + 1, len(students), student)
-    return grades
+        start = time.monotonic()
+        problem = autograde(course, assignment, student)  # Ctrl-C here: this student is not saved
+        grade = collect_grade(course, assignment, student, problem)
+        grade.seconds, grade.notebook, grade.graded = time.monotonic() - start, digest, problem is None
+        failed += problem is not None
+        results[student] = grade
+        save(course, assignment, results)
+    bar.close()
+    return [results[s] for s in students]
 
 
 def table(assignment: str, grades: list[StudentGrade]) -> str:
@@ -187,14 +301,33 @@ def main(argv=None) -> int:
     parser.add_argument("assignment")
     parser.add_argument("--course", type=Path, default=Path.cwd(), help="the course root (default: here)")
     parser.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="skip students already graded on the same notebook")
+    parser.add_argument("--show", action="store_true", help="print the saved results; grade no one")
     args = parser.parse_args(argv)
-    print(confine.summary())
-    grades = grade_class(args.course.resolve(), args.assignment, args.student)
+    course = args.course.resolve()
+    if args.show:
+        grades = [g for name, g in sorted(saved(course, args.assignment).items())
+                  if not args.student or name in args.student]
+    else:
+        print(confine.summary())
+        try:
+            grades = grade_class(course, args.assignment, args.student, resume=args.resume)
+        except SetupError as error:
+            print(f"grading stopped before anyone was graded:\n{error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            done = saved(course, args.assignment)
+            print(f"\nstopped: {len(done)} results saved in {course / RESULTS_FOLDER}; the student being graded "
+                  "was not saved. Run again with --resume to go on.", file=sys.stderr)
+            return 130
     if not grades:
-        print(f"no submissions for {args.assignment} in {args.course / 'submitted'}: run `nbgrader collect` first")
+        print(f"no results for {args.assignment} in {course}: run `nbgrader collect` first")
         return 1
     print(table(args.assignment, grades))
-    return 0
+    ungraded = [g.student for g in grades if not g.graded]
+    if ungraded:
+        print(f"{len(ungraded)} could not be graded: {', '.join(ungraded)} (their reasons are above)", file=sys.stderr)
+    return 1 if ungraded else 0
 
 
 if __name__ == "__main__":
