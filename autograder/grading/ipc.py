@@ -89,7 +89,7 @@ def mapped(handles: list[str]):
             return memory.view(dtype).view(size)
 
         yield tensor
-        torch.cuda.synchronize()  # nothing may read the memory once it is unmapped
     finally:
+        torch.cuda.synchronize()  # nothing may read the memory once it is unmapped
         for pointer in bases.values():
             lib.cuIpcCloseMemHandle(pointer)

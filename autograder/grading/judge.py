@@ -229,7 +229,11 @@ def _throughput(exercise: Exercise, result: CheckResult, runner: Runner, clean) 
         return throughput.not_measured()
     if not result.correct:
         return ThroughputResult("not measured", "not measured: fix correctness first.")
-    return clean.race(runner)
+    try:
+        return clean.race(runner)
+    except Exception as error:  # the judge's own machinery: say so, never a bare traceback
+        return ThroughputResult("failed", f"not measured: the judge's timing failed ({type(error).__name__}: "
+                                f"{error}); tell your instructor.")
 
 
 def _failed(exercise: Exercise, message: str) -> CheckResult:
