@@ -496,3 +496,17 @@ def test_autograde_without_the_course_settings_grades_nothing(graded_here, monke
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # but the kernel holds the student's own `add`
     with pytest.raises(GradingFailure, match="nbgrader ran without the course's settings"):
         grade(VECTOR_ADD.name, add, "correctness")
+
+
+def test_the_judges_weighted_sums_see_a_skipped_block_and_depend_on_the_key():
+    import torch
+    from autograder.grading.clock import _launch_sums, _totals
+    out = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    (plain, plain_abs), (again, _) = _totals(_launch_sums(out, key=7)), _totals(_launch_sums(out.clone(), key=7))
+    assert plain == again and plain_abs >= abs(plain) and plain_abs > 0.5 * out.abs().sum().item()
+    skipped = out.clone()
+    skipped[4096:4096 + 512] = float("nan")  # one block of 512 never written (the runner's NaN)
+    assert _totals(_launch_sums(skipped, key=7))[0] != _totals(_launch_sums(skipped, key=7))[0]  # NaN
+    skipped[4096:4096 + 512] = 0  # or zeros: off by far more than float32's tolerance allows
+    assert abs(_totals(_launch_sums(skipped, key=7))[0] - plain) > 10 * 2 * (1.5e-5 * 10_000 + 1.3e-6 * plain_abs)
+    assert _totals(_launch_sums(out, key=8))[0] != plain  # a runner cannot know the weights

@@ -119,6 +119,14 @@ class Baseline:
         self.problem = reference.error or reference.ended
         if self.problem:
             return
+        try:
+            self._calibrate()
+        except Exception as error:  # the judge's own machinery: reported by race(), never raised
+            self.problem = f"{type(error).__name__}: {error}"
+
+    def _calibrate(self) -> None:
+        """Pick the calls per batch, then time the baseline alone."""
+        exercise, reference = self.exercise, self.reference
         probe = Batch(exercise, 1)
         self._prepare(reference, probe)
         self._timed(reference, probe, trusted=True)  # compile and warm up
@@ -134,7 +142,8 @@ class Baseline:
     def race(self, runner) -> ThroughputResult:
         """Time the student's runner against the baseline, round by round."""
         if self.problem:
-            return ThroughputResult("failed", f"not measured: the PyTorch baseline did not start ({self.problem}).")
+            return ThroughputResult("failed", f"not measured: the PyTorch baseline could not be timed ({self.problem}); "
+                                    "tell your instructor.")
         audit = Batch(self.exercise, self.calls)
         self._prepare(runner, audit)
         header, _ = runner.request({"op": "run", "audit": True})
