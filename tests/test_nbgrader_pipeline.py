@@ -34,8 +34,8 @@ def add(x, y):
 '''
 
 
-def nbgrader(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=venv_env(),
+def nbgrader(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=venv_env(**env),
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -79,13 +79,13 @@ def cycle(tmp_path_factory):
     for student, solution in students.items():
         home = tmp / student
         home.mkdir()
-        nbgrader(home, "fetch_assignment", PS1, f"--course={COURSE_ID}", exchange)
+        nbgrader(home, "fetch_assignment", PS1, f"--course={COURSE_ID}", exchange, HOME=str(home))  # as the guide says
         notebook = home / PS1 / f"{PS1}.ipynb"
         if solution == "broken":
             notebook.write_text('{"cells": [ this is not JSON')
         else:
             answer(notebook, PS1, solution)
-        nbgrader(home, "submit", PS1, f"--course={COURSE_ID}", f"--student={student}", exchange)
+        nbgrader(home, "submit", PS1, f"--course={COURSE_ID}", f"--student={student}", exchange, HOME=str(home))
     nbgrader(course, "collect", PS1)
     grades = {g.student: g for g in grade_class(course, PS1)}
     nbgrader(course, "generate_feedback", PS1, "--force")
