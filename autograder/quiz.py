@@ -7,10 +7,13 @@ grading and knows nothing about widgets.
 """
 from __future__ import annotations
 
+import getpass
+import hashlib
 import html
 import importlib.util
 import json
 import os
+import random
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -47,6 +50,9 @@ _LABELS = {
         "show_later": "答案：请在 Jupyter 中运行此单元格，或调用 .show()",
     },
 }
+
+STUDENT_VAR = "TRITON_COURSE_STUDENT"
+"""Whose option order the quizzes show: the login name (a JupyterHub user's) unless this is set."""
 
 _language: str | None = None
 """Set by :func:`set_language`; None until then, so TRITON_COURSE_LANG decides."""
@@ -124,6 +130,17 @@ def grade(question_id: str, choice: int | None, lang: str) -> QuizFeedback:
     return QuizFeedback(False, f"{labels['wrong']}\n{text['wrong']}")
 
 
+def shown_order(question_id: str, count: int) -> tuple[int, ...]:
+    """The order this student sees the options of ``question_id`` in, as indices into the stored
+    options: shuffled by the student's name and the question, so the same on every run and
+    different between students (all five of the seed's right answers are its second option)."""
+    student = os.environ.get(STUDENT_VAR) or getpass.getuser()
+    seed = int.from_bytes(hashlib.sha256(f"{student}/{question_id}".encode()).digest()[:8], "big")
+    order = list(range(count))
+    random.Random(seed).shuffle(order)
+    return tuple(order)
+
+
 def widgets_available() -> bool:
     """True inside a Jupyter kernel with ipywidgets installed: there the frontend draws widgets."""
     try:
@@ -177,8 +194,10 @@ class QuizWidget(_Shown):
     def __init__(self, question_id: str, lang: str, rich: bool):
         self.question_id, self.lang, self.rich = question_id, lang, rich
         self._text = _entry(load_quizzes()["questions"], question_id)[lang]
+        self.order = shown_order(question_id, len(self._text["options"]))
+        """The stored index of each option, in the order shown."""
         self.choice: int | None = None
-        """0-based index of the selected option; None until one is selected."""
+        """The stored index of the selected option; None until one is selected."""
         self.feedback: QuizFeedback | None = None
         """The last :meth:`check`'s feedback."""
         self.widget = self._build() if rich else None
@@ -188,9 +207,10 @@ class QuizWidget(_Shown):
         import ipywidgets as w
 
         labels = _LABELS[self.lang]
-        self.options = w.RadioButtons(options=self._text["options"], index=None, layout={"width": "max-content"})
-        """The options (widgets only); nothing is selected at first."""
-        self.options.observe(lambda change: setattr(self, "choice", change["new"]), names="index")
+        self.options = w.RadioButtons(options=self._shown_options(), index=None, layout={"width": "max-content"})
+        """The options in the order shown (widgets only); nothing is selected at first."""
+        self.options.observe(lambda change: setattr(self, "choice", None if change["new"] is None
+                                                    else self.order[change["new"]]), names="index")
         self.button = w.Button(description=labels["check"], button_style="primary")
         """The Check button (widgets only); a click calls :meth:`check`."""
         self.button.on_click(lambda _button: self.check())
@@ -198,11 +218,14 @@ class QuizWidget(_Shown):
         question = w.HTML(f"<b>{_html(self._text['question'])}</b>")
         return w.VBox([question, self.options, self.button, self._verdict])
 
+    def _shown_options(self) -> list[str]:
+        return [self._text["options"][i] for i in self.order]
+
     def select(self, index: int) -> None:
-        """Select option ``index`` (0-based, as numbered in :meth:`text`)."""
+        """Select the option shown at ``index`` (0-based, as numbered in :meth:`text`)."""
         if not 0 <= index < len(self._text["options"]):
             raise IndexError(f"{self.question_id} has options 0..{len(self._text['options']) - 1}, not {index}")
-        self.choice = index
+        self.choice = self.order[index]
         if self.widget is not None:
             self.options.index = index
 
@@ -214,7 +237,7 @@ class QuizWidget(_Shown):
         return self.feedback
 
     def text(self) -> str:
-        options = [f"  [{i}] {option}" for i, option in enumerate(self._text["options"])]
+        options = [f"  [{i}] {option}" for i, option in enumerate(self._shown_options())]
         return "\n".join([self._text["question"], *options, _LABELS[self.lang]["check_later"]])
 
     def _rich_bundle(self) -> dict:

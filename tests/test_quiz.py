@@ -159,14 +159,30 @@ def quiz_entry(question_id: str) -> dict:
     return quiz.load_quizzes()["questions"][question_id]
 
 
+def shown(widget, stored: int) -> int:
+    """Where the option stored at ``stored`` is shown to this student."""
+    return widget.order.index(stored)
+
+
+def test_options_are_shuffled_per_student_and_stay_put_for_one(monkeypatch):
+    right = {}
+    for student in ("ada", "bob", "cy", "dee", "eve", "fay", "gus", "hal"):
+        monkeypatch.setenv(quiz.STUDENT_VAR, student)
+        orders = [quiz.ask(q, rich=False).order for q in QUESTION_IDS]
+        assert orders == [quiz.ask(q, rich=False).order for q in QUESTION_IDS]  # the same on every run
+        right[student] = tuple(o.index(quiz_entry(q)["correct"]) for o, q in zip(orders, QUESTION_IDS))
+    assert len(set(right.values())) > 1 and len({p for r in right.values() for p in r}) == 4
+    assert all(quiz_entry(q)["correct"] == 1 for q in SEED_QUESTION_IDS)  # the data keep the seed's order (B)
+
+
 @pytest.mark.parametrize("question_id", QUESTION_IDS)
 def test_right_and_wrong_answers(question_id):
     entry = quiz_entry(question_id)
     widget = quiz.ask(question_id, rich=True)
-    widget.select(entry["correct"])
+    widget.select(shown(widget, entry["correct"]))
     assert widget.check() == quiz.QuizFeedback(True, f"✅ Correct!\n{entry['en']['right']}")
     for wrong in set(range(len(entry["en"]["options"]))) - {entry["correct"]}:
-        widget.select(wrong)
+        widget.select(shown(widget, wrong))
         feedback = widget.check()
         assert feedback == quiz.QuizFeedback(False, f"❌ Incorrect\n{entry['en']['wrong']}")
         assert widget.feedback is feedback
@@ -184,12 +200,12 @@ def test_clicks_go_through_the_same_code_path():
     widget = quiz.ask("q4_constexpr", rich=True)
     verdict = widget.widget.children[-1]
     assert verdict.value == ""
-    widget.options.index = entry["correct"]  # what clicking a radio button does
+    widget.options.index = shown(widget, entry["correct"])  # what clicking a radio button does
     widget.button.click()
     assert widget.feedback.correct
     assert verdict.value.startswith("✅ Correct!<br>")
     assert "<code>tl.constexpr</code>" in verdict.value
-    widget.options.index = 0
+    widget.options.index = shown(widget, (entry["correct"] + 1) % len(entry["en"]["options"]))
     widget.button.click()
     assert not widget.feedback.correct and verdict.value.startswith("❌ Incorrect<br>")
 
@@ -218,11 +234,11 @@ def test_language_switch_changes_text_and_labels():
     chinese = quiz.ask("q2_block_model", rich=True)
     assert entry["en"]["question"] in english.widget.children[0].value
     assert entry["zh"]["question"] in chinese.widget.children[0].value
-    assert chinese.options.options == tuple(entry["zh"]["options"])
+    assert chinese.options.options == tuple(entry["zh"]["options"][i] for i in chinese.order)
     assert (english.button.description, chinese.button.description) == ("Check", "检查")
-    chinese.select(entry["correct"])
+    chinese.select(shown(chinese, entry["correct"]))
     assert chinese.check().text == f"✅ 正确！\n{entry['zh']['right']}"
-    chinese.select(0)
+    chinese.select(shown(chinese, (entry["correct"] + 1) % len(entry["zh"]["options"])))
     assert chinese.check().text == f"❌ 不正确\n{entry['zh']['wrong']}"
     assert quiz.reveal("cs1_fusion", rich=True).button.description == "显示答案"
     assert quiz.case_study_intro(rich=False).markdown.startswith("### 案例研究")
@@ -258,22 +274,23 @@ def test_fallback_text_gives_no_answer_away(question_id, lang, capsys):
     assert ".check()" in printed
     for giveaway in ("✅", "❌", text["right"], text["wrong"]):
         assert giveaway not in printed
-    widget.select(quiz_entry(question_id)["correct"])
+    widget.select(shown(widget, quiz_entry(question_id)["correct"]))
     assert widget.check().correct  # grading works without widgets too
 
 
 def test_english_fallback_wording(capsys):
-    quiz.ask("q1_ninja_gap", rich=False)
+    widget = quiz.ask("q1_ninja_gap", rich=False)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "What is the 'Ninja Gap' in the context of GPU programming?"
-    assert lines[2] == "  [1] The performance difference between high-level frameworks and hand-optimized low-level kernels."
+    at = shown(widget, 1)
+    assert lines[1 + at] == f"  [{at}] The performance difference between high-level frameworks and hand-optimized low-level kernels."
     assert lines[-1] == "Answer: run this cell in Jupyter, or call .check()"
 
 
 def test_text_is_the_default_outside_a_kernel(capsys):
     assert not quiz.widgets_available()
     assert quiz.ask("q3_compiler_automates").widget is None
-    assert "[3] The host-side CPU memory allocation." in capsys.readouterr().out
+    assert "] The host-side CPU memory allocation." in capsys.readouterr().out
 
 
 def test_widgets_need_a_kernel_and_ipywidgets(monkeypatch):
