@@ -48,7 +48,9 @@ def grade(exercise: str, fn, part: str) -> float:
     autograde`` the judge grades the notebook's answer cells in a runner process and ``fn``
     is not used (:mod:`autograder.grading`); anywhere else ``fn`` is checked here.
     nbgrader reads a number returned by a cell as partial credit; nothing earned raises
-    :class:`GradingFailure`, which nbgrader scores 0.
+    :class:`GradingFailure`, which nbgrader scores 0, except the throughput on a machine
+    without a GPU: it scores what ``TRITON_COURSE_CPU_THROUGHPUT`` says (0 by default) without
+    an error, and under nbgrader's Validate it returns nothing, so a correct notebook validates.
     """
     import os
 
@@ -73,9 +75,15 @@ def grade(exercise: str, fn, part: str) -> float:
         print(f"{exercise} throughput: {result.throughput.message}")
     else:
         print(result.summary())
+    if part == "throughput" and grading.needs_a_gpu(result):
+        # Nothing can be timed here: say so and score by the instructor's policy, never an error.
+        if os.environ.get("NBGRADER_EXECUTION") == "validate":
+            print("Timed on a GPU when your work is graded; validating without one checks the other cells.")
+            return None
+        awarded = f" (awarded without a GPU: {throughput.CPU_POLICY_VAR}=award)" if earned else ""
+        print(f"{earned:g} / {points:g} points{awarded}")
+        return earned
     if earned > 0:
-        unmeasured = part == "throughput" and not result.throughput.passed
-        print(f"{earned:g} / {points:g} points" + (f" (awarded without a GPU: {throughput.CPU_POLICY_VAR}=award)"
-                                                  if unmeasured else ""))
+        print(f"{earned:g} / {points:g} points")
         return earned
     raise GradingFailure(f"{exercise} {part}: 0 / {points:g} points. {grading.why_nothing(result, part)}")

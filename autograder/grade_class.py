@@ -188,6 +188,8 @@ def failing_reason(notebook: dict, cell_id: str) -> str:
         printed = "".join(_joined(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
         lines = [line.strip() for line in printed.splitlines()]
         first = next((i for i, line in enumerate(lines) if line.startswith("❌")), None)
+        if first is None and lines:  # no case failed: the verdict's own first line (a throughput)
+            return lines[0]
         if first is None or first + 1 == len(lines):
             return "partial credit (see the cell's output)"
         return f"partial credit; the first failure, {lines[first][1:].strip()}: {lines[first + 1]}"

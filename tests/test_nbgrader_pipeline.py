@@ -149,10 +149,19 @@ def test_class_summary_names_failing_tests_and_reasons(cycle):
     assert all(name in summary for name in grades) and "6/8" in summary
 
 
+def test_a_correct_notebook_validates_without_a_gpu(cycle, tmp_path):
+    course, _ = cycle
+    notebook = tmp_path / f"{PS1}.ipynb"
+    shutil.copy(course / "release" / PS1 / f"{PS1}.ipynb", notebook)
+    answer(notebook, PS1, reference(PS1))
+    done = nbgrader(tmp_path, "validate", str(notebook))
+    assert "Success! Your notebook passes all the tests." in done.stdout, done.stdout + done.stderr
+
+
 def test_feedback_names_the_failing_test_and_hides_hidden_code(cycle):
     course, _ = cycle
     html = (course / "feedback" / "bob" / PS1 / f"{PS1}.html").read_text()
-    assert "GradingFailure" in html and "out of bounds" in html and "test_throughput" in html
+    assert "needs a GPU" in html and "out of bounds" in html and "test_throughput" in html
     for secret in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "&quot;hidden&quot;", '"hidden"'):
         assert secret not in html, secret
 

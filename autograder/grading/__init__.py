@@ -37,7 +37,13 @@ from ..report import CheckResult
 from ..spec import Exercise
 from .judge import grade_notebook, judged
 
-__all__ = ["grade_notebook", "judged", "points", "why_nothing"]
+__all__ = ["grade_notebook", "judged", "needs_a_gpu", "points", "why_nothing"]
+
+
+def needs_a_gpu(result: CheckResult) -> bool:
+    """Whether the throughput went unmeasured for want of a GPU (not for wrong answers)."""
+    speed = result.throughput
+    return speed is not None and speed.status == "not measured" and "needs a GPU" in speed.message
 
 
 def points(exercise: Exercise, part: str, result: CheckResult) -> float:
@@ -46,11 +52,9 @@ def points(exercise: Exercise, part: str, result: CheckResult) -> float:
     from ..throughput import cpu_policy
     full = exercise.points[part]
     if part == "throughput":
-        speed = result.throughput
-        if speed is not None and speed.passed:
+        if result.throughput is not None and result.throughput.passed:
             return full
-        unmeasured = speed is not None and speed.status == "not measured" and "needs a GPU" in speed.message
-        return full if unmeasured and result.correct and cpu_policy() == "award" else 0.0
+        return full if needs_a_gpu(result) and result.correct and cpu_policy() == "award" else 0.0
     return round(full * result.fraction_passed, 2)
 
 
