@@ -313,9 +313,15 @@ def test_autograde_steps_are_nbgraders_own_with_two_swapped_in():
                                                         *autograde[1:]]
 
 
+def run_sandboxed(cmd: list[str], cwd: Path, timeout_s: float) -> sandbox.Finished:
+    started = sandbox.Sandboxed(cmd, cwd=cwd)
+    ended = started.wait(timeout_s)
+    return sandbox.Finished(ended, started.stop().output)
+
+
 def test_sandbox_keeps_both_ends_of_a_flood_of_output(tmp_path):
     flood = "import sys\nprint('first line'); sys.stdout.write('z' * 20_000_000); print('last line')"
-    done = sandbox.run([sys.executable, "-c", flood], cwd=tmp_path, timeout_s=60)
+    done = run_sandboxed([sys.executable, "-c", flood], tmp_path, 60)
     assert done.returncode == 0 and done.output.startswith("first line")
     assert done.output.rstrip().endswith("last line") and len(done.output) < 3 * sandbox.KEPT_OUTPUT_CHARS
     assert "characters of output left out" in done.output
@@ -325,9 +331,21 @@ def test_sandbox_stops_what_the_code_started_and_hides_the_course(tmp_path, monk
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     started = "import os, subprocess, time\nprint(subprocess.Popen(['sleep', '300']).pid, " \
               "sorted(k for k in os.environ if k.startswith('NBGRADER')), os.getcwd(), flush=True)\ntime.sleep(300)"
-    done = sandbox.run([sys.executable, "-c", started], cwd=tmp_path, timeout_s=3)
+    done = run_sandboxed([sys.executable, "-c", started], tmp_path, 3)
     pid, seen, cwd = done.output.split(" ", 2)
     assert done.returncode is None and seen == "[]" and cwd.strip() == str(tmp_path)
+    assert_gone(pid)
+
+
+def test_what_the_code_leaves_in_a_session_of_its_own_is_stopped_too(tmp_path):
+    sandbox.become_subreaper()  # as the judge does: orphans come to this process, which ends them
+    escaped = "import subprocess, time\nprint(subprocess.Popen(['sleep', '300'], start_new_session=True).pid, " \
+              "flush=True)\ntime.sleep(300)"
+    done = run_sandboxed([sys.executable, "-c", escaped], tmp_path, 3)
+    assert_gone(done.output.split()[0])
+
+
+def assert_gone(pid: str) -> None:
     stat = Path(f"/proc/{pid}/stat")
     for _ in range(20):  # the sleep is gone, or dead and waiting to be reaped
         if not stat.exists() or stat.read_text().split()[2] == "Z":

@@ -188,15 +188,6 @@ class Sandboxed:
         return Finished(returncode, self.head + middle + self.tail)
 
 
-def run(cmd: list[str], *, cwd: Path, timeout_s: float, hide: tuple[str, ...] = (),
-        cache: Path | None = None) -> Finished:
-    """Run ``cmd`` as a :class:`Sandboxed` process until it ends or ``timeout_s`` passes."""
-    started = Sandboxed(cmd, cwd=cwd, hide=hide, cache=cache)
-    ended = started.wait(timeout_s)
-    finished = started.stop()
-    return Finished(ended, finished.output)
-
-
 _PR_SET_CHILD_SUBREAPER = 36
 
 
