@@ -44,6 +44,9 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# What a student's version holds where the solution was: a sentence, not a bare exception.
+c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedError("your code goes here")'}
+
 # Feedback shows the verdicts of hidden tests but not their code.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",

@@ -99,8 +99,9 @@ def rubric(exercise_name: str) -> str:
 def test_source(exercise_name: str, part: str) -> str:
     ex = exercises.get(exercise_name)
     call = f'grade("{ex.name}", {ex.function}, "{part}")'
-    if part == "hidden":
-        return f"### BEGIN HIDDEN TESTS\n{call}\n### END HIDDEN TESTS"
+    if part == "hidden":  # the comment stays in the student's version, the call does not
+        return (f"# Hidden tests: more cases on fresh random inputs, run only when your work is graded.\n"
+                f"### BEGIN HIDDEN TESTS\n{call}\n### END HIDDEN TESTS")
     return call
 
 

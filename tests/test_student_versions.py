@@ -43,10 +43,13 @@ def test_the_student_version_runs_and_only_its_tests_fail(assignment, monkeypatc
     failed = {c.metadata.get("nbgrader", {}).get("grade_id"): next(o for o in c.outputs if o.output_type == "error")
               for c in nb.cells if c.cell_type == "code" and any(o.output_type == "error" for o in c.outputs)}
     graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.cell_type == "code"
-              and c.metadata.get("nbgrader", {}).get("grade") and c.source.strip()}  # hidden: emptied
+              and c.metadata.get("nbgrader", {}).get("grade")
+              and any(not line.startswith("#") for line in c.source.splitlines() if line.strip())}
+    hidden = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_hidden")
+    assert hidden.startswith("# Hidden tests:") and "grade(" not in hidden  # it says what it is, and no more
     # without a GPU the throughput cell only says so (tests/test_check.py), every other one fails
     assert graded and graded - {"test_throughput"} <= set(failed), {k: v.evalue for k, v in failed.items()}
     assert all(e.ename == ("GradingFailure" if name in graded else "NotImplementedError")
                for name, e in failed.items()), {k: v.ename for k, v in failed.items()}
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "not written yet" in printed and "needs a GPU" in printed
+    assert "not written yet" in printed and "needs a GPU" in printed and "your code goes here" in printed
