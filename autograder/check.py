@@ -1,6 +1,7 @@
 """The two entry points: ``check`` for a student's self-check, ``grade`` for nbgrader cells."""
 from __future__ import annotations
 
+import os
 import secrets
 
 from . import device, exercises, throughput
@@ -52,8 +53,6 @@ def grade(exercise: str, fn, part: str) -> float:
     without a GPU: it scores what ``TRITON_COURSE_CPU_THROUGHPUT`` says (0 by default) without
     an error, and under nbgrader's Validate it returns nothing, so a correct notebook validates.
     """
-    import os
-
     from . import grading
     from .grading.autograde import GradedElsewhere
 

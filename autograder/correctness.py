@@ -34,7 +34,7 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
 
 
 def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
-    """Make fresh inputs for every case, have ``call(inputs)`` run the student's function on
+    """Make fresh inputs for every case, have ``call(inputs, label)`` run the student's function on
     them (in this process, :class:`InProcess`, or in a runner, :mod:`autograder.grading`) and
     judge what comes back against the reference. ``call`` returns ``(output, problem)``;
     after a problem that ends the process (``call.ended``), the remaining cases are not run."""
@@ -44,11 +44,11 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
             results.append(CaseResult(case.label, False, ended))
             continue
         inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed + i), device)
-        out, problem = call(inputs)
+        out, problem = call(inputs, case.label)
         if problem is None:
             problem = judge_output(exercise, case, inputs, out)
         results.append(CaseResult(case.label, problem is None, problem or ""))
-        ended = getattr(call, "ended", None) or (NOT_RUN_AFTER_FAULT if problem and is_cuda_fault(problem) else None)
+        ended = call.ended or (NOT_RUN_AFTER_FAULT if problem and is_cuda_fault(problem) else None)
     return results
 
 
@@ -62,14 +62,15 @@ class InProcess:
     function could change anything here, the checker included)."""
 
     ended = None
+    """Never set: a crash here ends the notebook's kernel, not one case."""
 
     def __init__(self, exercise: Exercise, fn, device: str):
         self.exercise, self.fn, self.device, self.earlier = exercise, fn, device, []
 
-    def __call__(self, inputs):
+    def __call__(self, inputs, label: str):
         zones = GuardZones() if self.device == "cuda" else None
         given = tuple(copy_input(t, zones) if isinstance(t, torch.Tensor) else t for t in inputs)
-        return call_student(self.exercise, self.fn, given, self.device, self.earlier, zones)
+        return call_student(self.exercise, self.fn, given, label, self.device, self.earlier, zones)
 
 
 def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor:
@@ -82,24 +83,24 @@ def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor
     return flat.as_strided(t.size(), t.stride(), t.storage_offset())
 
 
-def call_student(exercise: Exercise, fn, given: tuple, device: str, earlier: list,
+def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, earlier: list,
                  zones: GuardZones | None = None, all_threads: bool = False) -> tuple[torch.Tensor | None, str | None]:
-    """Call ``fn`` on ``given`` under the course's rules: ``(output, None)``, or ``(None, why
-    not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
+    """Call ``fn`` on ``given`` (the case ``label``) under the course's rules: ``(output, None)``,
+    or ``(None, why not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
     outputs of earlier calls (a reused buffer is refused); ``all_threads``: see
     :func:`~autograder.guards.watch`."""
     if (problem := signature_problem(exercise, fn, given)) is not None:
         return None, problem
     before = [t.clone() for t in _tensors(given)]
     try:
-        with time_limit(exercise.time_limit_s, f"`{exercise.function}` on these inputs"), \
+        with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {label}"), \
                 watch(exercise.allowed_ops, zones, all_threads) as record:
             out = fn(*given)
             if device == "cuda":
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
         return None, explain_exception(exercise, error)
-    problem = (_integrity_problem(exercise, record)
+    problem = (integrity_problem(exercise, record)
                or (zones.damage() if zones is not None else None)
                or _changed_inputs(before, _tensors(given))
                or _not_a_fresh_tensor(exercise, out, given, earlier))
@@ -131,7 +132,9 @@ def _reference(exercise: Exercise, inputs) -> torch.Tensor:
                                 for t in inputs))
 
 
-def _integrity_problem(exercise: Exercise, record) -> str | None:
+def integrity_problem(exercise: Exercise, record) -> str | None:
+    """Which of the course's rules on how an output is made a call broke (from its
+    :class:`~autograder.guards.CallRecord`), or None."""
     if record.torch_ops:
         ops = ", ".join(sorted(set(record.torch_ops)))
         return (f"`{exercise.function}` computed with PyTorch ({ops}). This exercise asks for the "
@@ -141,7 +144,7 @@ def _integrity_problem(exercise: Exercise, record) -> str | None:
                 "watches the calling thread only: compute in your Triton kernel, launched from it.")
     if record.host:
         return (f"`{exercise.function}` took data out of PyTorch for the host to compute with "
-                f"({record.host[0]}). The arithmetic belongs in your Triton kernel, on the device.")
+                f"({record.host[0]}). The arithmetic belongs in your Triton kernel.")
     if not record.launches:
         return f"`{exercise.function}` returned without launching a Triton kernel (kernel[grid](...))."
     return None

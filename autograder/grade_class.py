@@ -119,7 +119,7 @@ def setup_problems(course: Path, assignment: str) -> list[str]:
                         "nbgrader_config.py there, or pass --course the course root.")
     try:
         if (user := sandbox.grading_user()) is not None:
-            sandbox._check_interpreter_runs_as(user, sys.executable)
+            sandbox.check_interpreter_runs_as(user, sys.executable)
     except (PermissionError, KeyError) as error:
         problems.append(str(error).strip("'\""))
     problems += _points_differ(course, assignment)

@@ -164,7 +164,7 @@ def test_a_hanging_call_is_stopped():
     start = time.monotonic()
     result = check(ex, lambda x, y: time.sleep(60), verbose=False)
     assert time.monotonic() - start < 10 * len(result.cases)
-    assert all("did not finish within 0.5 s" in c.message for c in result.cases)
+    assert all(f"`add` on {c.label} did not finish within 0.5 s" in c.message for c in result.cases)
 
 
 def test_seed_replays_the_same_inputs():

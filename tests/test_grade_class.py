@@ -87,7 +87,7 @@ def test_set_up_errors_stop_the_run_before_anyone_is_graded(course, graded, monk
     def cannot_run(user, python):
         raise PermissionError(f"{sandbox.GRADING_USER_VAR}=nobody: that user cannot run {python}")
 
-    monkeypatch.setattr(sandbox, "_check_interpreter_runs_as", cannot_run)
+    monkeypatch.setattr(sandbox, "check_interpreter_runs_as", cannot_run)
     assert gc.main([PS1, "--course", str(course)]) == 2 and calls == []
     err = capsys.readouterr().err
     assert "is missing or is not the course's" in err and "hidden tests in the feedback" in err

@@ -103,9 +103,10 @@ class Batch:
         for i, ((got, _), (want, want_abs)) in enumerate(zip(sums, self.sums)):
             allowed = 2 * (1.5 * atol * n + rtol * want_abs) + 1e-9 * want_abs
             if not abs(got - want) <= allowed:  # NaN fails too
-                return (f"the outputs of the timed runs are wrong: call {i + 1} of a batch of {len(sums)} "
-                        f"gave a weighted sum of {got:.6g} where the reference's is {want:.6g}. Its outputs "
-                        "were read as soon as it answered: it must finish its work before it returns.")
+                return (f"the outputs of the timed runs are wrong: in call {i + 1} of a batch of {len(sums)}, "
+                        f"a weighted sum of your output is {got:.6g} where the reference's is {want:.6g}. "
+                        "Outputs are read as soon as your function returns: finish all their work (on every "
+                        "stream) before returning, and compute every call from its own inputs.")
         problem = compare(sampled, self.kept, atol, rtol)
         return f"the outputs of the timed runs are wrong:\n{problem}" if problem else None
 
@@ -132,8 +133,8 @@ class Baseline:
         self._timed(reference, probe, trusted=True)  # compile and warm up
         one, _ = self._timed(reference, probe, trusted=True)
         per_call = one - self._overhead()
-        inputs = probe.make(probe.seeds[0])
-        nbytes = sum(t.untyped_storage().nbytes() for t in inputs if isinstance(t, torch.Tensor))
+        self.sample = probe.make(probe.seeds[0]), probe.kept  # one call's inputs and output, for the rates
+        nbytes = sum(t.untyped_storage().nbytes() for t in self.sample[0] if isinstance(t, torch.Tensor))
         nbytes += probe.kept.untyped_storage().nbytes()
         fits = int(MEMORY_FRACTION * torch.cuda.get_device_properties(0).total_memory // nbytes)
         self.calls = max(1, min(MAX_CALLS, fits, math.ceil(BATCH_S / max(per_call, 1e-6))))
@@ -221,9 +222,7 @@ class Baseline:
         from ..throughput import SUSPICIOUS_PEAK_FRACTION, rates
         spec = self.exercise.throughput
         ratio = baseline_s / student_s if student_s > 0 else math.inf
-        inputs = Batch(self.exercise, 1)
-        ours, theirs, ceiling, ceiling_name = rates(spec, inputs.make(inputs.seeds[0]), inputs.kept,
-                                                    timing.Timing(student_s * 1e3, baseline_s * 1e3))
+        ours, theirs, ceiling, ceiling_name = rates(spec, *self.sample, timing.Timing(student_s * 1e3, baseline_s * 1e3))
         # PyTorch's own rate in this run is a rate the device reached too: on the H200 the
         # judge's clock saw torch.matmul at 4096³ reach 117% of do_bench's 8192³ figure.
         if theirs > ceiling:

@@ -97,10 +97,10 @@ class Runner:
                                          pass_fds=(theirs.fileno(),), trusted=code is None)
         theirs.close()
         header, _ = self.request(None, limit_s=START_LIMIT_S)
-        error = header.get("error")
-        self.error = self.ended or (error if isinstance(error, str) else None)
-        if error is not None and not isinstance(error, str):
-            self.error = "the grading process sent a start-up message the judge does not accept."
+        error = self.ended or header.get("error")
+        self.error: str | None = error if error is None or isinstance(error, str) else \
+            "the grading process sent a start-up message the judge does not accept."
+        """Why the answer cells could not be graded at all, or None."""
 
     def request(self, header: dict | None, tensors=(), max_bytes: int = 0, limit_s: float | None = None):
         """Send a request (None: only wait for the next message) and return the reply; a
@@ -122,7 +122,7 @@ class Runner:
             self.ended = self._stop(broken=str(error))
         return {"problem": self.ended}, []
 
-    def __call__(self, inputs):
+    def __call__(self, inputs, label: str):
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         args, i = [], 0
         for value in inputs:
@@ -131,7 +131,7 @@ class Runner:
                 i += 1
             else:
                 args.append({"value": value})
-        header, out = self.request({"op": "call", "args": args}, tensors,
+        header, out = self.request({"op": "call", "label": label, "args": args}, tensors,
                                    max_bytes=_output_bytes(self.exercise, inputs), limit_s=self.exercise.time_limit_s)
         problem = header.get("problem")
         if problem is not None:

@@ -72,8 +72,8 @@ class Server:
         from ..correctness import GuardZones, call_student, copy_input
         zones = GuardZones() if self.device == "cuda" else None
         given = [copy_input(tensors[a["tensor"]], zones) if "tensor" in a else a["value"] for a in header["args"]]
-        out, problem = call_student(self.exercise, self.fn, tuple(given), self.device, self.earlier, zones,
-                                    all_threads=True)
+        out, problem = call_student(self.exercise, self.fn, tuple(given), str(header.get("label", "a case")),
+                                    self.device, self.earlier, zones, all_threads=True)
         if problem is not None:
             return {"problem": problem}, []
         return {"problem": None}, [out.detach()]
@@ -101,8 +101,8 @@ class Server:
         if header.get("audit"):  # the course's rules, on a batch that is not timed
             with watch(self.exercise.allowed_ops, all_threads=True) as record:
                 outs = [self.fn(*inputs) for inputs in self.batch]
-            from ..correctness import _integrity_problem
-            if (problem := _integrity_problem(self.exercise, record)) is not None:
+            from ..correctness import integrity_problem
+            if (problem := integrity_problem(self.exercise, record)) is not None:
                 return {"problem": problem}, []
         else:
             outs = [self.fn(*inputs) for inputs in self.batch]

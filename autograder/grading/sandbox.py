@@ -110,14 +110,15 @@ def _as_grading_user(*given: Path) -> dict:
     user = grading_user()
     if user is None:
         return {}
-    _check_interpreter_runs_as(user, sys.executable)
+    check_interpreter_runs_as(user, sys.executable)
     for path in [p for folder in given for p in [folder, *folder.rglob("*")]]:
         os.chown(path, user.pw_uid, user.pw_gid)
     return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
 @functools.cache
-def _check_interpreter_runs_as(user: pwd.struct_passwd, python: str) -> None:
+def check_interpreter_runs_as(user: pwd.struct_passwd, python: str) -> None:
+    """Raise PermissionError, with a sentence, when ``user`` cannot run ``python`` with the course."""
     try:
         done = subprocess.run([python, "-c", "import autograder"], user=user.pw_uid, group=user.pw_gid,
                               extra_groups=[], cwd="/", capture_output=True, text=True)
