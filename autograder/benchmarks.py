@@ -1,7 +1,7 @@
 """The benchmark's sweeps, declared once: each reference kernel in ``solutions/`` that has a
 PyTorch counterpart, the sizes it is timed at against that counterpart, and its goal.
 
-A sweep is named for its solution module (``softmax`` for ``solutions/softmax.py``), with the
+A sweep is named for its solution module (``softmax`` for ``autograder/kernels/softmax.py``), with the
 variant after it when one kernel is swept twice (``softmax_bfloat16``). The solution module is
 imported only when the sweep runs, so a sweep can be declared before its kernel is written:
 :meth:`Sweep.load` then returns None and the benchmark notes the sweep as skipped.
@@ -143,7 +143,7 @@ def _vector_add() -> Sweep:
         return (torch.randn(n, device=device), torch.randn(n, device=device))
 
     return Sweep(
-        name="vector_add", title="Vector add, float32", solution="solutions.vector_add", function="add",
+        name="vector_add", title="Vector add, float32", solution="autograder.kernels.vector_add", function="add",
         baseline="torch.add", reference=torch.add, make_inputs=make,
         sizes=tuple(2**k for k in range(12, 29, 2)), size_name="elements", label=power_of_two,
         dtype=torch.float32, bytes_moved=lambda n: 3 * 4 * n,  # two float32 reads, one write
@@ -167,7 +167,7 @@ def _softmax(dtype: torch.dtype) -> Sweep:
     atol, rtol = _SOFTMAX_AGREEMENT[dtype]
     return Sweep(
         name=f"softmax_{dtype_name(dtype)}", title=f"Fused softmax, {SOFTMAX_ROWS} rows, {dtype_name(dtype)}",
-        solution="solutions.softmax", function="softmax", baseline="torch.softmax",
+        solution="autograder.kernels.softmax", function="softmax", baseline="torch.softmax",
         reference=softmax_reference, make_inputs=make, sizes=(1024, 4096, 16384),
         size_name=f"columns of {SOFTMAX_ROWS} rows", label=lambda n: f"{SOFTMAX_ROWS}×{n}", dtype=dtype,
         # one read and one write per element: 16384×16384 float32 moves 2 GiB
@@ -196,7 +196,7 @@ def _matmul() -> Sweep:
         return tuple(torch.randn(n, n, device=device, dtype=torch.float16) for _ in range(2))
 
     return Sweep(
-        name="matmul", title="Matmul, float16, square", solution="solutions.matmul", function="matmul",
+        name="matmul", title="Matmul, float16, square", solution="autograder.kernels.matmul", function="matmul",
         baseline="torch.matmul", reference=torch.matmul, make_inputs=make, sizes=(1024, 2048, 4096, 8192),
         size_name="n (n×n×n)", label=lambda n: f"{n}³", dtype=torch.float16, flops=lambda n: 2 * n**3,
         goals=(Goal(4096, ratio=0.9), Goal(8192, ratio=0.9)),
@@ -222,7 +222,7 @@ def _attention(causal: bool) -> Sweep:
     return Sweep(
         name="flash_attention_causal" if causal else "flash_attention",
         title=f"FlashAttention forward, bfloat16, {kind} (B={B}, H={H}, D={D})",
-        solution="solutions.flash_attention", function="attention",
+        solution="autograder.kernels.flash_attention", function="attention",
         baseline="F.scaled_dot_product_attention",
         reference=functools.partial(F.scaled_dot_product_attention, is_causal=causal),
         make_inputs=make, sizes=(512, 1024, 2048, 4096), size_name="sequence length",

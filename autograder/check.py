@@ -59,7 +59,7 @@ def grade(exercise: str, fn, part: str) -> float:
     spec = exercises.get(exercise)
     if os.environ.get("NBGRADER_EXECUTION") == "autograde" and not isinstance(fn, GradedElsewhere):
         # the course's nbgrader_config.py was not loaded: the student's cells ran in this kernel
-        raise GradingFailure(f"{exercise} {part}: not graded. nbgrader ran without the course's settings "
+        raise GradingFailure(f"{spec.name} {part}: not graded. nbgrader ran without the course's settings "
                              "(nbgrader_config.py), so the student's cells ran beside the tests; run nbgrader "
                              "from the course root, where nbgrader_config.py is.")
     if part not in spec.points:
@@ -71,7 +71,7 @@ def grade(exercise: str, fn, part: str) -> float:
         result = check(spec, fn, cases=cases, measure_throughput=part == "throughput", verbose=False)
     points, earned = spec.points[part], grading.points(spec, part, result)
     if part == "throughput":
-        print(f"{exercise} throughput: {result.throughput.message}")
+        print(f"{spec.name} throughput: {result.throughput.message}")
     else:
         print(result.summary())
     if part == "throughput" and grading.needs_a_gpu(result):
@@ -85,4 +85,4 @@ def grade(exercise: str, fn, part: str) -> float:
     if earned > 0:
         print(f"{earned:g} / {points:g} points")
         return earned
-    raise GradingFailure(f"{exercise} {part}: 0 / {points:g} points. {grading.why_nothing(result, part)}")
+    raise GradingFailure(f"{spec.name} {part}: 0 / {points:g} points. {grading.why_nothing(result, part)}")

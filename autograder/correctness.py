@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from .guards import GuardZones, KernelTimeout, OutOfBoundsAccess, time_limit, watch
+from .guards import DATA_MOVEMENT_OPS, GuardZones, KernelTimeout, OutOfBoundsAccess, time_limit, watch
 from .report import CaseResult
 from .spec import Case, Exercise
 
@@ -135,6 +135,12 @@ def _reference(exercise: Exercise, inputs) -> torch.Tensor:
 def integrity_problem(exercise: Exercise, record) -> str | None:
     """Which of the course's rules on how an output is made a call broke (from its
     :class:`~autograder.guards.CallRecord`), or None."""
+    copies = sorted({op for op in record.torch_ops if op.split(".")[1] in DATA_MOVEMENT_OPS})
+    if copies:  # data movement the exercise does not allow: a copy
+        return (f"`{exercise.function}` copied data with PyTorch ({', '.join(copies)}: .contiguous(), "
+                f".clone(), .to() or a reshape that cannot be a view). This exercise asks your kernel to "
+                f"read the inputs where they are, through their strides (a broadcast dimension has "
+                f"stride 0): a copy reads and writes every element of it once more.")
     if record.torch_ops:
         ops = ", ".join(sorted(set(record.torch_ops)))
         return (f"`{exercise.function}` computed with PyTorch ({ops}). This exercise asks for the "

@@ -1,12 +1,13 @@
 """The course's exercises, declared once: one module each in ``assignments`` (the nbgrader
-problem sets) and ``lesson_exercises`` (the lessons' practice). Look one up with :func:`get`."""
+problem sets), ``lesson_exercises`` (the lessons' practice) and ``lesson_kernels`` (what the
+lessons' own kernels are checked against). Look one up with :func:`get`."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from types import ModuleType
 
-from . import assignments, lesson_exercises
+from . import assignments, lesson_exercises, lesson_kernels
 from .spec import Exercise
 
 
@@ -17,7 +18,8 @@ def _declared_in(package: ModuleType) -> list[Exercise]:
 
 
 ASSIGNMENTS = {ex.name: ex for ex in _declared_in(assignments)}
-EXERCISES = {**ASSIGNMENTS, **{ex.name: ex for ex in _declared_in(lesson_exercises)}}
+EXERCISES = {**ASSIGNMENTS, **{ex.name: ex for package in (lesson_exercises, lesson_kernels)
+                              for ex in _declared_in(package)}}
 
 
 def get(name: str | Exercise) -> Exercise:

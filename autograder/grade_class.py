@@ -1,6 +1,6 @@
 """Autograde a whole class, one student at a time, and print who got what and why.
 
-``python -m autograder.grade_class ps1_vector_add`` (from the course root, after
+``python -m autograder.grade_class ps1_broadcast_add`` (from the course root, after
 ``nbgrader collect``) runs ``nbgrader autograde`` for each student in ``submitted/`` in a
 process of its own, so a notebook that is broken, hangs or crashes costs only its own
 student; then it prints a table: points, the tests that lost points, and why, and which

@@ -66,10 +66,13 @@ class _OpRecorder(TorchDispatchMode):
     def __init__(self, record: CallRecord, allowed: frozenset[str], zones: GuardZones | None):
         super().__init__()
         self.record, self.allowed, self.zones = record, allowed, zones
+        self.launching = 0
+        """Kernel launches under way: the interpreter copies their arguments in and out with
+        PyTorch (copy_), which are not the wrapper's; any other op there still counts."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if name not in self.allowed:
+        if name not in self.allowed and not (self.launching and name in DATA_MOVEMENT_OPS):
             self.record.torch_ops.append(str(func))
         out = func(*args, **(kwargs or {}))
         if name in ("_to_copy", "copy_") and out.device.type == "cpu" and any(
@@ -150,11 +153,17 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | N
     record = CallRecord()
     originals = {cls: cls.run for cls in _kernel_classes()}
 
+    recorder = _OpRecorder(record, allowed_ops, zones)
+
     def counting(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
                 record.launches.append(getattr(self, "__name__", "kernel"))
-            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            recorder.launching += 1
+            try:
+                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            finally:
+                recorder.launching -= 1
         return run
 
     for cls, original in originals.items():
@@ -162,7 +171,7 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | N
     patched = _patch_host_and_threads(record)
     busy = _other_threads_cpu_ns() if all_threads else None
     try:
-        with _OpRecorder(record, allowed_ops, zones):
+        with recorder:
             yield record
     finally:
         for cls, original in originals.items():

@@ -209,10 +209,11 @@ def create_missing_translations() -> list[Path]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report drift, change nothing")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="only these (default: all)")
     args = parser.parse_args(argv)
-    if not args.check:
+    if not args.check and not args.notebooks:
         create_missing_translations()
-    changes = [c for p in all_notebooks() for c in sync(p, write=not args.check)]
+    changes = [c for p in args.notebooks or all_notebooks() for c in sync(p, write=not args.check)]
     for c in changes:
         print(("drifted: " if args.check else "updated: ") + c)
     return 1 if (changes and args.check) else 0

@@ -5,6 +5,7 @@ test cells, the test suite and the benchmarks all read that one declaration.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -81,7 +82,7 @@ class Exercise:
     """Everything that decides an exercise's verdict."""
 
     name: str
-    """Assignment id, as in ``source/<name>/`` (e.g. ``ps1_vector_add``)."""
+    """Assignment id, as in ``source/<name>/`` (e.g. ``ps1_broadcast_add``)."""
     function: str
     """The function students write, e.g. ``add``."""
     signature: str
@@ -92,11 +93,11 @@ class Exercise:
     """Builds fresh random inputs for a case on a device from a seeded CPU generator: tensors,
     and any plain values the call takes after them (attention's ``causal``), passed as they are."""
     solution: str
-    """Module of the reference solution in ``solutions/``."""
+    """Module of the reference solution: in ``solutions/`` (the instructor's side, never given
+    to students) for an exercise, in ``autograder.kernels`` for a lesson's live kernel. A
+    graded exercise's module also holds its hidden cases, ``HIDDEN_CASES``, by device kind."""
     visible_cases: dict[str, tuple[Case, ...]]
     """Cases the students' self-check runs, by device kind (``"cpu"`` or ``"cuda"``)."""
-    hidden_cases: dict[str, tuple[Case, ...]] = field(default_factory=dict)
-    """Cases only grading runs, by device kind (none for a lesson's practice exercise)."""
     throughput: Throughput | None = None
     """The speed requirement (GPU only); None for an exercise graded on correctness alone."""
     points: dict[str, float] = field(default_factory=dict)
@@ -111,5 +112,19 @@ class Exercise:
 
     def cases(self, which: str, device: str) -> tuple[Case, ...]:
         """The ``"visible"`` or ``"hidden"`` cases for ``device``."""
-        table = {"visible": self.visible_cases, "hidden": self.hidden_cases}[which]
-        return table[device]
+        if which == "visible":
+            return self.visible_cases[device]
+        if which != "hidden":
+            raise ValueError(f"cases are 'visible' or 'hidden', not {which!r}")
+        return self.hidden_cases()[device]
+
+    def hidden_cases(self) -> dict[str, tuple[Case, ...]]:
+        """``HIDDEN_CASES`` of the solution module: on the instructor's side only."""
+        try:
+            module = importlib.import_module(self.solution)
+        except ModuleNotFoundError as error:
+            if not self.solution.startswith(str(error.name)):
+                raise
+            raise LookupError(f"{self.name}'s hidden tests run only when your work is graded: "
+                              "this copy of the course does not have them.") from None
+        return getattr(module, "HIDDEN_CASES", {})

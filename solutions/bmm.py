@@ -1,6 +1,6 @@
 """Reference solution of lesson 7's exercise: a batched matmul, ``c[i] = a[i] @ b[i]``.
 
-The matmul of ``solutions/matmul.py`` with a third grid axis for the batch: program
+The matmul of ``autograder/kernels/matmul.py`` with a third grid axis for the batch: program
 ``(m, n, i)`` computes tile ``(m, n)`` of ``c[i]``, and only its base pointers move with ``i``.
 """
 import torch

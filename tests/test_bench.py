@@ -23,19 +23,19 @@ GiB = 2**30
 
 # name: (solution, function, baseline, dtype, sizes, goals as (size, ratio, fraction of ceiling))
 ISSUE = {
-    "vector_add": ("solutions.vector_add", "add", "torch.add", F32, [2**k for k in range(12, 29, 2)],
+    "vector_add": ("autograder.kernels.vector_add", "add", "torch.add", F32, [2**k for k in range(12, 29, 2)],
                    [(2**28, 0.97, 0.95)]),
-    "softmax_float32": ("solutions.softmax", "softmax", "torch.softmax", F32, [1024, 4096, 16384],
+    "softmax_float32": ("autograder.kernels.softmax", "softmax", "torch.softmax", F32, [1024, 4096, 16384],
                         [(1024, 1.0, None), (4096, 1.0, None), (16384, 1.0, None)]),
-    "softmax_bfloat16": ("solutions.softmax", "softmax", "torch.softmax", BF16, [1024, 4096, 16384],
+    "softmax_bfloat16": ("autograder.kernels.softmax", "softmax", "torch.softmax", BF16, [1024, 4096, 16384],
                          [(1024, 1.0, None), (4096, 1.0, None), (16384, 1.0, None)]),
     "online_softmax": ("solutions.online_softmax", "softmax_online", "torch.softmax", F32,
                        [2**k for k in range(14, 21)], [(2**20, 1.0, None)]),
-    "matmul": ("solutions.matmul", "matmul", "torch.matmul", F16, [1024, 2048, 4096, 8192],
+    "matmul": ("autograder.kernels.matmul", "matmul", "torch.matmul", F16, [1024, 2048, 4096, 8192],
                [(4096, 0.9, None), (8192, 0.9, None)]),
-    "flash_attention": ("solutions.flash_attention", "attention", "F.scaled_dot_product_attention", BF16,
+    "flash_attention": ("autograder.kernels.flash_attention", "attention", "F.scaled_dot_product_attention", BF16,
                         [512, 1024, 2048, 4096], [(4096, 0.8, None)]),
-    "flash_attention_causal": ("solutions.flash_attention", "attention", "F.scaled_dot_product_attention",
+    "flash_attention_causal": ("autograder.kernels.flash_attention", "attention", "F.scaled_dot_product_attention",
                                BF16, [512, 1024, 2048, 4096], [(4096, 0.8, None)]),
 }
 
@@ -110,9 +110,10 @@ def test_the_attention_sweeps_ask_both_sides_for_the_same_masking():
     assert SWEEPS["matmul"].reference is torch.matmul and SWEEPS["vector_add"].reference is torch.add
 
 
-def test_every_kernel_graded_against_pytorchs_speed_has_a_sweep():
+def test_every_lesson_kernel_timed_against_pytorch_has_a_sweep():
     swept = {(s.solution, s.function) for s in SWEEPS.values()}
-    timed = {(ex.solution, ex.function) for ex in exercises.EXERCISES.values() if ex.throughput is not None}
+    timed = {(ex.solution, ex.function) for ex in exercises.EXERCISES.values()
+             if ex.throughput is not None and not ex.points}  # the lessons' kernels, drawn in the lessons
     assert timed and timed <= swept
 
 
@@ -176,7 +177,7 @@ def _synthetic_records():
     return [
         _record("vector_add", ours, [o / 0.99 for o in ours]),  # 0.99×, but 96% of the ceiling
         _record("softmax_float32", [3600.0, 3600.0, 3200.0], [3000.0, 3600.0, 3300.0]),
-        _record("matmul", None, None, note="skipped: solutions/matmul.py does not exist yet"),
+        _record("matmul", None, None, note="skipped: autograder/kernels/matmul.py does not exist yet"),
         _record("flash_attention", [300.0, 420.0, 500.0, 544.0], [320.0, 450.0, 560.0, 640.0]),
         _record("flash_attention_causal", None, None,
                 note="error: AssertionError: at size 512, q|k disagree\nMismatched elements: 9 / 100"),
@@ -203,7 +204,7 @@ def test_a_record_keeps_every_figure_and_judges_each_goal():
     assert [g["met"] for g in sm["goals"]] == [True, True, False]
     assert sm["goals"][2]["verdict"] == "missed by 0.030× (3.0%)"
     assert fa["goals"][0]["verdict"] == "met" and fa["goals"][0]["ratio"] == pytest.approx(0.85)
-    assert [g["verdict"] for g in mm["goals"]] == ["skipped: solutions/matmul.py does not exist yet"] * 2
+    assert [g["verdict"] for g in mm["goals"]] == ["skipped: autograder/kernels/matmul.py does not exist yet"] * 2
     assert mm["goals"][0]["met"] is None and mm["ours"] is None
 
 
@@ -226,8 +227,8 @@ def test_results_md_puts_the_goals_first_then_the_grading_then_each_sweep():
         "| softmax_float32 | 16384×1024 | ≥ 1.00× torch.softmax | 1.200× | – | met |",
         "| softmax_float32 | 16384×4096 | ≥ 1.00× torch.softmax | 1.000× | – | met |",
         "| softmax_float32 | 16384×16384 | ≥ 1.00× torch.softmax | 0.970× | – | **missed** by 0.030× (3.0%) |",
-        "| matmul | 4096³ | ≥ 0.90× torch.matmul | – | – | skipped: solutions/matmul.py does not exist yet |",
-        "| matmul | 8192³ | ≥ 0.90× torch.matmul | – | – | skipped: solutions/matmul.py does not exist yet |",
+        "| matmul | 4096³ | ≥ 0.90× torch.matmul | – | – | skipped: autograder/kernels/matmul.py does not exist yet |",
+        "| matmul | 8192³ | ≥ 0.90× torch.matmul | – | – | skipped: autograder/kernels/matmul.py does not exist yet |",
         "| flash_attention | seq 4096 | ≥ 0.80× F.scaled_dot_product_attention | 0.850× | – | met |",
         "| flash_attention_causal | seq 4096 | ≥ 0.80× F.scaled_dot_product_attention | – | – | "
         "error: AssertionError: at size 512, q\\|k disagree |"]
@@ -243,18 +244,18 @@ def test_results_md_tables_each_sweep_with_its_plot():
     lines = bench.markdown(ENV, CEILINGS, _synthetic_records(), []).splitlines()
     assert "## Reference solutions graded as submissions" not in lines  # nothing graded
     start = lines.index("## Fused softmax, 16384 rows, float32")
-    assert lines[start + 2] == ("`solutions/softmax.py` `softmax` against `torch.softmax`, GB/s from the fewest "
+    assert lines[start + 2] == ("`autograder/kernels/softmax.py` `softmax` against `torch.softmax`, GB/s from the fewest "
                                 "bytes a call must move; medians of 3 alternating rounds.")
     assert lines[start + 4] == "![Fused softmax, 16384 rows, float32](softmax_float32_throughput.png)"
     assert lines[start + 6:start + 11] == [
-        "| columns of 16384 rows | Triton softmax (solutions/softmax.py) | torch.softmax | ratio | of copy bandwidth |",
+        "| columns of 16384 rows | Triton softmax (autograder/kernels/softmax.py) | torch.softmax | ratio | of copy bandwidth |",
         "|---|---|---|---|---|",
         "| 16384×1024 | 3,600 | 3,000 | 1.200× | 90.0% |",
         "| 16384×4096 | 3,600 | 3,600 | 1.000× | 90.0% |",
         "| 16384×16384 | 3,200 | 3,300 | 0.970× | 80.0% |"]
     assert "| seq 4096 | 544.0 | 640.0 | 0.850× | 80.0% |" in lines  # TFLOP/s to a tenth, of the bf16 rate
     matmul = lines.index("## Matmul, float16, square")
-    assert lines[matmul + 4] == "skipped: solutions/matmul.py does not exist yet"
+    assert lines[matmul + 4] == "skipped: autograder/kernels/matmul.py does not exist yet"
     assert not any(line.startswith("![Matmul") for line in lines)
     causal = lines.index("## FlashAttention forward, bfloat16, causal (B=4, H=32, D=128)")
     assert lines[causal + 4:] == ["error: AssertionError: at size 512, q\\|k disagree"]
@@ -282,7 +283,7 @@ def test_a_sweeps_plot_draws_both_rates_and_the_measured_ceiling(tmp_path):
     va, _, _, fa, _ = _synthetic_records()
     ax = bench.plot_sweep(fa, "NVIDIA H200").axes[0]
     solid = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
-    assert [line.get_label() for line in solid] == ["Triton attention (solutions/flash_attention.py)",
+    assert [line.get_label() for line in solid] == ["Triton attention (autograder/kernels/flash_attention.py)",
                                                     "F.scaled_dot_product_attention"]
     assert list(solid[0].get_xdata()) == [512, 1024, 2048, 4096] and list(solid[1].get_ydata())[-1] == 640.0
     (ceiling,) = _dashed(ax)
@@ -316,8 +317,8 @@ def test_only_selects_sweeps_by_name_or_module_and_gradings_by_exercise():
     assert [ex.name for ex in graded] == [ex.name for ex in exercises.EXERCISES.values() if ex.throughput]
     sweeps, graded = bench.select(["softmax"])
     assert [s.name for s in sweeps] == ["softmax_float32", "softmax_bfloat16"] and graded == []
-    sweeps, graded = bench.select(["ps1_vector_add", "flash_attention_causal"])
-    assert [s.name for s in sweeps] == ["flash_attention_causal"] and [ex.name for ex in graded] == ["ps1_vector_add"]
+    sweeps, graded = bench.select(["ps1_broadcast_add", "flash_attention_causal"])
+    assert [s.name for s in sweeps] == ["flash_attention_causal"] and [ex.name for ex in graded] == ["ps1_broadcast_add"]
     with pytest.raises(ValueError, match="--only sofmax: no such sweep.*choose from .*softmax_bfloat16"):
         bench.select(["softmax", "sofmax"])
 
@@ -379,12 +380,12 @@ def fake_gpu(monkeypatch):
 
 
 def test_main_runs_the_chosen_sweeps_printing_each_point_and_saving_as_it_goes(fake_gpu, tmp_path, capsys):
-    from solutions.softmax import softmax
+    from autograder.kernels.softmax import softmax
 
     assert bench.main(["--out", str(tmp_path), "--only", "softmax,missing_kernel"]) == 1  # an error: exit 1
     out = capsys.readouterr().out
     assert [c["fn"] for c in fake_gpu] == [softmax, softmax] and fake_gpu[0]["sizes"] == (1024, 4096, 16384)
-    assert fake_gpu[0]["labels"] == ("Triton softmax (solutions/softmax.py)", "torch.softmax")
+    assert fake_gpu[0]["labels"] == ("Triton softmax (autograder/kernels/softmax.py)", "torch.softmax")
     assert fake_gpu[0]["atol"] == 1e-8
     progress = [line for line in out.splitlines() if line.startswith("[")]
     assert progress == [
@@ -412,20 +413,20 @@ def test_main_runs_the_chosen_sweeps_printing_each_point_and_saving_as_it_goes(f
 
 def test_main_grades_a_chosen_exercise_and_records_a_grading_that_fails(fake_gpu, tmp_path, monkeypatch, capsys):
     def grade(exercise):
-        if exercise.name == "ps2_fused_softmax":
+        if exercise.name == "ps2_softmax_backward":
             raise KeyError("no cases")
         return {**GRADED, "exercise": exercise.name}
 
     monkeypatch.setattr(bench, "grade_solution", grade)
-    assert bench.main(["--out", str(tmp_path), "--only", "ps1_vector_add,ps2_fused_softmax"]) == 1
+    assert bench.main(["--out", str(tmp_path), "--only", "ps1_broadcast_add,ps2_softmax_backward"]) == 1
     out = capsys.readouterr().out
-    assert "[ps1_vector_add] 20/20 correct; ratios 0.980, 0.996, 0.990; passed, passed, passed" in out
-    assert "[ps2_fused_softmax] error: KeyError: 'no cases'" in out
+    assert "[ps1_broadcast_add] 20/20 correct; ratios 0.980, 0.996, 0.990; passed, passed, passed" in out
+    assert "[ps2_softmax_backward] error: KeyError: 'no cases'" in out
     assert fake_gpu == []  # no sweep was chosen
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert [r["exercise"] for r in saved["exercises"]] == ["ps1_vector_add", "ps2_fused_softmax"]
+    assert [r["exercise"] for r in saved["exercises"]] == ["ps1_broadcast_add", "ps2_softmax_backward"]
     assert saved["exercises"][1]["error"] == "KeyError: 'no cases'"
-    assert "| ps2_fused_softmax | error: KeyError: 'no cases' |" in (tmp_path / "RESULTS.md").read_text()
+    assert "| ps2_softmax_backward | error: KeyError: 'no cases' |" in (tmp_path / "RESULTS.md").read_text()
 
 
 def test_merge_folds_a_partial_run_into_the_full_one(tmp_path):

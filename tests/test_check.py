@@ -9,8 +9,9 @@ import triton.language as tl
 
 from autograder import check, grade
 from autograder.check import GradingFailure
-from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
-from solutions.vector_add import add, add_kernel
+from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1
+from autograder.lesson_kernels.vector_add import EXERCISE as VECTOR_ADD
+from autograder.kernels.vector_add import add, add_kernel
 
 from conftest import DEVICE
 
@@ -39,11 +40,14 @@ def failures(result):
     return [c for c in result.cases if not c.passed]
 
 
+# lesson 2's vector add, graded like a problem set: the engine's tests below use its 1-D cases
+GRADED_ADD = dataclasses.replace(VECTOR_ADD, points={"correctness": 3, "hidden": 3, "throughput": 2})
+
+
 def test_reference_passes_every_case():
-    for which in ("visible", "hidden"):
-        result = check(VECTOR_ADD, add, cases=which, verbose=False)
-        assert result.correct, result.summary()
-        assert len(result.cases) == len(VECTOR_ADD.cases(which, DEV))
+    result = check(VECTOR_ADD, add, verbose=False)
+    assert result.correct, result.summary()
+    assert len(result.cases) == len(VECTOR_ADD.cases("visible", DEV))
 
 
 cpu_only = pytest.mark.skipif(DEVICE.has_gpu, reason="an unmasked kernel on a GPU writes past its "
@@ -189,32 +193,33 @@ def test_throughput_is_never_passed_silently_without_a_gpu(monkeypatch, capsys):
     result = check(VECTOR_ADD, add, verbose=False)
     assert result.throughput.status == "not measured" and "needs a GPU" in result.throughput.message
     assert not result.passed
-    assert grade("ps1_vector_add", add, "throughput") == 0  # no error: nothing could be timed
+    assert grade(GRADED_ADD, add, "throughput") == 0  # no error: nothing could be timed
     assert "needs a GPU" in capsys.readouterr().out
     monkeypatch.setenv("NBGRADER_EXECUTION", "validate")  # a correct notebook validates on a CPU
-    assert grade("ps1_vector_add", add, "throughput") is None
+    assert grade(GRADED_ADD, add, "throughput") is None
     assert "Timed on a GPU when your work is graded" in capsys.readouterr().out
     monkeypatch.delenv("NBGRADER_EXECUTION")
     monkeypatch.setenv("TRITON_COURSE_CPU_THROUGHPUT", "award")
-    assert grade("ps1_vector_add", add, "throughput") == VECTOR_ADD.points["throughput"]
+    assert grade(GRADED_ADD, add, "throughput") == GRADED_ADD.points["throughput"]
     assert "awarded without a GPU" in capsys.readouterr().out
     wrong = lambda x, y: _launch(x, y, torch.zeros_like(x))[:0]  # noqa: E731
-    assert grade("ps1_vector_add", wrong, "throughput") == 0  # "award" never pays an incorrect kernel
+    assert grade(GRADED_ADD, wrong, "throughput") == 0  # "award" never pays an incorrect kernel
 
 
 def test_grade_gives_full_points_to_the_reference():
-    assert grade("ps1_vector_add", add, "correctness") == VECTOR_ADD.points["correctness"]
-    assert grade("ps1_vector_add", add, "hidden") == VECTOR_ADD.points["hidden"]
+    from solutions.broadcast_add import add as ps1_add
+    assert grade(PS1.name, ps1_add, "correctness") == PS1.points["correctness"]
+    assert grade(PS1.name, ps1_add, "hidden") == PS1.points["hidden"]
 
 
 @cpu_only
 def test_grade_shares_points_by_the_fraction_passed():
     cases = VECTOR_ADD.cases("visible", DEV)
     whole_blocks = sum(c.shape[0] % 1024 == 0 for c in cases)
-    expected = round(VECTOR_ADD.points["correctness"] * whole_blocks / len(cases), 2)
-    assert 0 < grade("ps1_vector_add", add_unmasked, "correctness") == expected
-    with pytest.raises(GradingFailure, match="no case passed"):
-        grade("ps1_vector_add", lambda x, y: x + y, "correctness")
+    expected = round(GRADED_ADD.points["correctness"] * whole_blocks / len(cases), 2)
+    assert 0 < grade(GRADED_ADD, add_unmasked, "correctness") == expected
+    with pytest.raises(GradingFailure, match="vector_add correctness: 0 / 3 points.*no case passed"):
+        grade(GRADED_ADD, lambda x, y: x + y, "correctness")
 
 
 def test_grading_failure_hides_the_traceback():

@@ -18,7 +18,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from autograder.grading import confine, judge as judging, sandbox
 from autograder.grade_class import grade_class, table
 from conftest import ROOT
-from test_nbgrader_pipeline import (PS1, VECTOR_ADD, cell_scores, expected_unmasked_points, nbgrader,
+from test_nbgrader_pipeline import (PS1, PS1_EXERCISE, cell_scores, expected_unmasked_points, nbgrader,
                                     new_course, reference)
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,8 @@ TIMEOUT_S = 25
 MEMORY_GB = 2
 """Per grading process, for the class run: the checker itself needs about 0.3 GB."""
 REF = reference(PS1)
-FULL = {"test_correctness": 3.0, "test_hidden": 3.0, "test_throughput": 0.0}  # no GPU: throughput 0
+FULL = {"test_correctness": PS1_EXERCISE.points["correctness"], "test_hidden": PS1_EXERCISE.points["hidden"],
+        "test_throughput": 0.0}  # no GPU: throughput 0
 ZERO = {"test_correctness": 0.0, "test_hidden": 0.0, "test_throughput": 0.0}
 
 from test_judge import ATTACKS, ZEROS, _as_root_with_nobody, python_for_nobody  # noqa: E402,F401
@@ -81,10 +82,10 @@ ANSWERS = {
     # reserves, does not touch: the cap counts reservations (touching made its grading 21 s, not 12 s, here)
     "memory_hog": "def add(x, y):\n    hog = []\n    while True:\n        hog.append(torch.empty(2**28))\n",
     "forever": "def add(x, y):\n    while True:\n        pass\n",
-    # right on whole blocks of 1024, raises on the rest: partial credit, like an unmasked kernel
+    # right on whole 64-column tiles, raises on the rest: partial credit, like a missing column mask
     "raises": REF.replace("def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:",
                           "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
-                          "    if x.numel() % 1024:\n        raise ValueError('ragged sizes are next week')"),
+                          "    if x.shape[1] % 64:\n        raise ValueError('ragged sizes are next week')"),
     "nosy": REF + NOISY + SNOOP,  # prints megabytes, looks for the course, finds nothing (+ reach())
     "mallory": RIGGED_GRADE,
     "no_function": "def plus(x, y):\n    return x + y\n",
@@ -108,7 +109,7 @@ def reach(course: Path, listing: bool = True) -> str:
     ``listing``) and signals its grader; it raises if any of that works."""
     paths = [course] * listing + [course / "gradebook.db", course / "source" / PS1 / f"{PS1}.ipynb",
                                   course / "submitted" / "ada" / PS1 / f"{PS1}.ipynb",
-                                  ROOT / "solutions" / "vector_add.py"]
+                                  ROOT / "solutions" / "broadcast_add.py"]
     return f'''
 import os
 _reached = []
@@ -156,7 +157,7 @@ def submit(course, student: str, listing: bool = True) -> None:
             {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
         return
     nb = nbformat.read(course / "release" / PS1 / f"{PS1}.ipynb", as_version=4)
-    nb.cells[cell(nb, VECTOR_ADD.function)].source = ANSWERS[student] + (reach(course, listing) if student == "nosy" else "")
+    nb.cells[cell(nb, PS1_EXERCISE.function)].source = ANSWERS[student] + (reach(course, listing) if student == "nosy" else "")
     if student == "mallory":
         tamper(nb)
     nbformat.write(nb, path)
@@ -211,7 +212,7 @@ def test_every_student_scores_exactly_as_expected(graded):
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
     assert {s: float(r["score"]) for s, r in rows.items()} == pytest.approx(
         {s: sum(scores.values()) for s, scores in EXPECTED.items()})
-    assert {float(r["max_score"]) for r in rows.values()} == {8.0}
+    assert {float(r["max_score"]) for r in rows.values()} == {sum(PS1_EXERCISE.points.values())}
 
 
 @pytest.mark.parametrize("student", sorted(REASON))
@@ -242,7 +243,8 @@ def test_good_and_noisy_students_pass_with_their_output_left_out(graded):
     course, grades, _, _, _ = graded
     for student in ("ada", "nosy"):  # nosy reached nothing of the course, or it would raise
         assert grades[student].failing == ["test_throughput"] and grades[student].notes == []
-    assert grades["raises"].reasons[0].startswith("test_correctness: partial credit; the first failure, 1 float32: ")
+    assert grades["raises"].reasons[0].startswith(
+        "test_correctness: partial credit; the first failure, 1×1 float32 + (1,): ")
     graded_notebook = course / "autograded" / "nosy" / PS1 / f"{PS1}.ipynb"
     assert graded_notebook.stat().st_size < 100_000 and "xxxxxxxxxx" not in graded_notebook.read_text()
 
@@ -261,7 +263,7 @@ def test_tampered_locked_cells_are_reported_and_graded_as_released(graded):
     graded_nb = nbformat.read(course / "autograded" / "mallory" / PS1 / f"{PS1}.ipynb", as_version=4)
     ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded_nb.cells]
     assert ids.count("setup") == 1 and ids[-3:] == ["test_correctness", "test_hidden", "test_throughput"]
-    assert 'grade("ps1_vector_add", add, "hidden")' in graded_nb.cells[-2].source
+    assert f'grade("{PS1}", add, "hidden")' in graded_nb.cells[-2].source
     assert all(c.execution_count is None for c in graded_nb.cells if c.cell_type == "code"
                and c.metadata.get("nbgrader", {}).get("grade_id") in (None, "add"))  # student code: not run
 

@@ -37,7 +37,7 @@ secret, shared, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 attempts = {
     "read the course": lambda: open(secret).read(),
     "list the course": lambda: os.listdir(os.path.dirname(secret)),
-    "read a solution": lambda: open(os.path.join(sys.argv[4], "solutions", "vector_add.py")).read(),
+    "read a solution": lambda: open(os.path.join(sys.argv[4], "solutions", "broadcast_add.py")).read(),
     "list the checkout": lambda: os.listdir(sys.argv[4]),
     "write a shared folder": lambda: open(os.path.join(shared, "planted"), "w").close(),
     "make a file in /dev/shm": lambda: open(f"/dev/shm/planted-{os.getpid()}", "w").close(),
@@ -126,7 +126,7 @@ def test_when_confinement_fails_none_of_the_students_code_runs(monkeypatch, tmp_
     monkeypatch.chdir(tmp_path)
     (tmp_path / "answer.py").write_text("open('ran', 'w').close()\n")
     ours, theirs = socket.socketpair()
-    runner.main(["answer.py", "ps1_vector_add", str(theirs.fileno())])
+    runner.main(["answer.py", "ps1_broadcast_add", str(theirs.fileno())])
     message = protocol.recv(ours, time.monotonic() + 5, 0)[0]["error"]
     assert "could not confine your code" in message and "Invalid argument" in message
     assert not (tmp_path / "ran").exists()

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from autograder import check, timing
-from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
-from solutions.vector_add import add
+from autograder.lesson_kernels.vector_add import EXERCISE as VECTOR_ADD
+from autograder.kernels.vector_add import add
 
 pytestmark = pytest.mark.gpu
 

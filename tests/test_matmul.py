@@ -10,10 +10,10 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from autograder import check, plots, quiz  # noqa: E402
-from autograder.assignments.ps4_matmul import EXERCISE as MATMUL, MATMUL_TOLERANCES  # noqa: E402
+from autograder.lesson_kernels.matmul import EXERCISE as MATMUL, MATMUL_TOLERANCES  # noqa: E402
 from autograder.lesson_exercises.l07_matmul import EXERCISE as BMM  # noqa: E402
 from solutions.bmm import bmm, bmm_kernel  # noqa: E402
-from solutions.matmul import CONFIGS, launch_order, matmul, matmul_kernel  # noqa: E402
+from autograder.kernels.matmul import CONFIGS, launch_order, matmul, matmul_kernel  # noqa: E402
 
 from conftest import DEVICE  # noqa: E402
 
@@ -70,9 +70,8 @@ def test_interpreter_gets_one_small_config():
         assert len(CONFIGS) == 1 and CONFIGS[0].kwargs["BLOCK_M"] <= 32
 
 
-@pytest.mark.parametrize("which", ["visible", "hidden"])
-def test_reference_passes_its_own_check(which):
-    result = check(MATMUL, matmul, cases=which, measure_throughput=False, verbose=False, seed=SEED)
+def test_reference_passes_its_own_check():
+    result = check(MATMUL, matmul, measure_throughput=False, verbose=False, seed=SEED)
     assert result.correct, result.summary()
 
 

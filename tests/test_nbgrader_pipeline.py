@@ -13,25 +13,16 @@ import pytest
 from nbgrader.api import Gradebook
 
 from autograder import exercises
-from autograder.assignments.ps1_vector_add import EXERCISE as VECTOR_ADD
+from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1_EXERCISE
 from autograder.grade_class import grade_class, table
 from conftest import DEVICE, ROOT, venv_env
 
 pytestmark = pytest.mark.slow
-PS1 = VECTOR_ADD.name
+PS1 = PS1_EXERCISE.name
 COURSE_ID = "triton-course"
 
-UNMASKED = '''@triton.jit
-def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
-
-
-def add(x, y):
-    out = torch.empty_like(x)
-    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK_SIZE=1024)
-    return out
-'''
+ROW_MASK_ONLY = ("in_bounds = (r < M) & (c < N)", "in_bounds = r < M")
+"""A mistake: the tiles past the last column load and store out of bounds."""
 
 
 def nbgrader(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -75,7 +66,7 @@ def cycle(tmp_path_factory):
     course = new_course(tmp, PS1)
     exchange = f"--Exchange.root={course / 'exchange'}"
     nbgrader(course, "release_assignment", PS1, "--force")
-    students = {"ada": reference(PS1), "bob": UNMASKED, "cy": None, "dee": "broken"}
+    students = {"ada": reference(PS1), "bob": reference(PS1).replace(*ROW_MASK_ONLY), "cy": None, "dee": "broken"}
     for student, solution in students.items():
         home = tmp / student
         home.mkdir()
@@ -100,18 +91,18 @@ def cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]
 
 
 def expected_unmasked_points() -> dict[str, float]:
-    """Only whole blocks of 1024 come out right without a mask; grade() shares points by cases."""
+    """Only whole 64-column tiles come out right without a column mask; grade() shares points by cases."""
     def share(which):
-        cases = VECTOR_ADD.cases(which, DEVICE.device)
-        return round(VECTOR_ADD.points["correctness" if which == "visible" else "hidden"]
-                     * sum(c.shape[0] % 1024 == 0 for c in cases) / len(cases), 2)
+        cases = PS1_EXERCISE.cases(which, DEVICE.device)
+        return round(PS1_EXERCISE.points["correctness" if which == "visible" else "hidden"]
+                     * sum(c.shape[1] % 64 == 0 for c in cases) / len(cases), 2)
     return {"test_correctness": share("visible"), "test_hidden": share("hidden"), "test_throughput": 0}
 
 
 def test_release_holds_no_solution_and_no_hidden_test(cycle):
     course, _ = cycle
     text = (course / "release" / PS1 / f"{PS1}.ipynb").read_text()
-    for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", '"hidden")', "tl.program_id(axis=0)"):
+    for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", '"hidden")', ROW_MASK_ONLY[0]):
         assert secret not in text
     assert text.count(r'raise NotImplementedError(\"your code goes here\")') == 2  # kernel and wrapper (JSON-escaped)
     assert "# Hidden tests: more cases on fresh random inputs" in text
@@ -119,7 +110,7 @@ def test_release_holds_no_solution_and_no_hidden_test(cycle):
 
 def test_reference_partial_and_empty_submissions_score_as_declared(cycle):
     course, _ = cycle
-    full = {"test_correctness": VECTOR_ADD.points["correctness"], "test_hidden": VECTOR_ADD.points["hidden"],
+    full = {"test_correctness": PS1_EXERCISE.points["correctness"], "test_hidden": PS1_EXERCISE.points["hidden"],
             "test_throughput": 0}  # no GPU here: throughput is "not measured", 0 by default
     assert cell_scores(course, PS1, "ada") == full
     assert cell_scores(course, PS1, "bob") == expected_unmasked_points()
@@ -129,8 +120,8 @@ def test_reference_partial_and_empty_submissions_score_as_declared(cycle):
 def test_exported_grades_are_exact(cycle):
     course, _ = cycle
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
-    total = sum(VECTOR_ADD.points.values())
-    expected = {"ada": 6.0, "bob": sum(expected_unmasked_points().values()), "cy": 0.0, "dee": 0.0}
+    total = sum(PS1_EXERCISE.points.values())
+    expected = {"ada": total - PS1_EXERCISE.points["throughput"], "bob": sum(expected_unmasked_points().values()), "cy": 0.0, "dee": 0.0}
     assert set(rows) == set(expected)  # the broken notebook is listed too, with 0
     for student, score in expected.items():
         assert float(rows[student]["score"]) == pytest.approx(score), rows[student]
@@ -147,7 +138,9 @@ def test_class_summary_names_failing_tests_and_reasons(cycle):
     assert grades["dee"].score == 0
     assert grades["dee"].reasons[0].startswith(f"{PS1}.ipynb is not a readable notebook (NotJSONError")
     summary = table(PS1, list(grades.values()))
-    assert all(name in summary for name in grades) and "6/8" in summary
+    points = PS1_EXERCISE.points
+    assert all(name in summary for name in grades)
+    assert f"{points['correctness'] + points['hidden']:g}/{sum(points.values()):g}" in summary
 
 
 def test_a_correct_notebook_validates_without_a_gpu(cycle, tmp_path):
@@ -167,14 +160,68 @@ def test_feedback_names_the_failing_test_and_hides_hidden_code(cycle):
         assert secret not in html, secret
 
 
-@pytest.mark.parametrize("assignment", sorted(p.name for p in (ROOT / "source").iterdir() if p.is_dir()))
-def test_every_reference_solution_autogrades_to_full_correctness(assignment, tmp_path):
+# Mistakes students make, as edits of each reference's answer cell: (what it says, what it
+# says instead). Each fails a set of cases fixed by the mistake, not by the random draw.
+WRONG = {
+    "ps1_broadcast_add": {
+        "row_mask_only": ROW_MASK_ONLY,
+        "ignores_strides": ("x.stride(0), x.stride(1),\n                                y_mn.stride(0), y_mn.stride(1)",
+                            "N, 1, N, 1"),
+        "assumes_a_row": ("y_mn = y.expand(M, N)", "y_mn = y.reshape(-1).expand(M, N)"),
+    },
+    "ps2_softmax_backward": {
+        "no_sum": ("(p * (g - dot))", "(p * g)"),
+        "sums_dy": ("dot = tl.sum(p * g, axis=0)", "dot = tl.sum(g, axis=0)"),
+        "y_stride_for_dy": ("r * dy_stride + lanes", "r * y_stride + lanes"),
+    },
+    "ps3_cross_entropy": {
+        "never_ignores": ("counted = label != IGNORE", "counted = label == label"),
+        "no_rescale": ("+ total * tl.exp(peak - pivot)", "+ total"),
+        "row_0_target": ("picked = tl.load(first + label", "picked = tl.load(logits_ptr + label"),
+    },
+    "ps4_linear_silu": {
+        "bias_along_m": ("tl.load(b_ptr + offs_n * stride_b, mask=in_n, other=0.0).to(tl.float32)[None, :]",
+                         "tl.load(b_ptr + offs_m * stride_b, mask=in_m, other=0.0).to(tl.float32)[:, None]"),
+        "no_k_mask": ("in_k = offs_k < K - k0", "in_k = offs_k < TILE_K"),
+        "no_bias": ("z += tl.load(b_ptr", "z += 0 * tl.load(b_ptr"),
+    },
+    "ps5_varlen_attention": {
+        "kv_head_is_query_head": ("kv_head = head // GROUP", "kv_head = head"),
+        "no_key_mask": ("keep = pos[None, :] < seq_len", "keep = pos[None, :] >= 0"),
+        "natural_log_scale": ("head_dim ** -0.5 * LOG2_E", "head_dim ** -0.5"),
+    },
+}
+
+
+def expected_points(assignment: str, answer_cell: str) -> dict[str, float]:
+    """What the answer earns by the self-check, run here on this machine's cases."""
+    from autograder import check, grading
+    spec = exercises.get(assignment)
+    namespace = {}
+    exec(compile("import torch, triton\nimport triton.language as tl\n" + answer_cell, assignment, "exec"), namespace)
+    fn = namespace[spec.function]
+    return {f"test_{part}": grading.points(spec, part, check(spec, fn, cases=cases, measure_throughput=False,
+                                                             verbose=False))
+            for part, cases in (("correctness", "visible"), ("hidden", "hidden"))} | {"test_throughput": 0.0}
+
+
+@pytest.mark.parametrize("assignment", sorted(WRONG))
+def test_plain_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(assignment, tmp_path):
     course = new_course(tmp_path, assignment)
-    folder = course / "submitted" / "ref" / assignment
-    folder.mkdir(parents=True)
-    shutil.copy(course / "release" / assignment / f"{assignment}.ipynb", folder)
-    answer(folder / f"{assignment}.ipynb", assignment, reference(assignment))
+    ref = reference(assignment)
+    answers = {"ref": ref} | {name: ref.replace(*edit) for name, edit in WRONG[assignment].items()}
+    for student, answer_cell in answers.items():
+        assert student == "ref" or answer_cell != ref, f"{assignment} {student}: the edit matched nothing"
+        folder = course / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        shutil.copy(course / "release" / assignment / f"{assignment}.ipynb", folder)
+        answer(folder / f"{assignment}.ipynb", assignment, answer_cell)
     nbgrader(course, "autograde", assignment, "--create", "--force")
     points = exercises.get(assignment).points
     assert cell_scores(course, assignment, "ref") == {
         "test_correctness": points["correctness"], "test_hidden": points["hidden"], "test_throughput": 0}
+    for student, answer_cell in answers.items():
+        expected = expected_points(assignment, answer_cell)
+        if student != "ref":
+            assert expected["test_correctness"] + expected["test_hidden"] < points["correctness"] + points["hidden"]
+        assert cell_scores(course, assignment, student) == pytest.approx(expected), student

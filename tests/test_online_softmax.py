@@ -11,7 +11,9 @@ import triton.language as tl
 from autograder import check
 from autograder.lesson_exercises.l05_online_softmax import EXERCISE
 import solutions.online_softmax as online
-from solutions.online_softmax import combine, softmax_online, softmax_online_row
+from autograder.kernels.online_softmax import softmax_online_row
+from solutions.combine import combine
+from solutions.online_softmax import softmax_online
 
 from conftest import DEVICE
 

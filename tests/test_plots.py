@@ -96,7 +96,7 @@ def test_measure_sweep_refuses_without_a_gpu():
 
 @pytest.mark.gpu
 def test_measure_sweep_on_a_gpu():
-    from solutions.vector_add import add
+    from autograder.kernels.vector_add import add
 
     sizes = [2**12, 2**20]
     result = measure_sweep(add, torch.add, _add_inputs, sizes, lambda n: 12 * n, rounds=1)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from solutions.softmax import naive_softmax, softmax
+from autograder.kernels.softmax import naive_softmax, softmax
 
 from conftest import DEVICE
 

@@ -1,11 +1,11 @@
-"""The ps2_fused_softmax checks catch the classic softmax mistakes, each on the cases that expose it."""
+"""The fused softmax checks (lesson 4's kernel) catch the classic softmax mistakes, each on the cases that expose it."""
 import pytest
 import torch
 import triton
 import triton.language as tl
 
 from autograder import check
-from autograder.assignments.ps2_fused_softmax import EXERCISE as FUSED_SOFTMAX
+from autograder.lesson_kernels.fused_softmax import EXERCISE as FUSED_SOFTMAX
 from conftest import DEVICE
 
 
@@ -71,7 +71,7 @@ def test_pytorch_shortcuts_fail(cheat):
 
 
 def test_online_softmax_without_the_rescale_fails_only_multi_tile_rows():
-    from autograder.assignments.ps3_online_softmax import EXERCISE as ONLINE_SOFTMAX
+    from autograder.lesson_kernels.online_softmax import EXERCISE as ONLINE_SOFTMAX
     from test_online_softmax import _no_rescale_kernel
 
     def softmax_online(x):

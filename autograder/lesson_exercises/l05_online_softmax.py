@@ -45,7 +45,7 @@ EXERCISE = Exercise(
     signature="combine(m1: torch.Tensor, s1: torch.Tensor, m2: torch.Tensor, s2: torch.Tensor) -> torch.Tensor",
     reference=combine_reference,
     make_inputs=_states,
-    solution="solutions.online_softmax",
+    solution="solutions.combine",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
     # float32 rtol 4e-6, not 1.3e-6: on a GPU tl.exp is ex2.approx of x·log2(e), and rounding
     # that product alone costs |x|·1.44·2**-24 relative, 1.7e-6 at x = -20. A missing rescale

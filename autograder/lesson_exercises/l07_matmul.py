@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import torch
 
-from ..assignments.ps4_matmul import MATMUL_TOLERANCES
+from ..lesson_kernels.matmul import MATMUL_TOLERANCES
 from ..inputs import random_tensors
 from ..spec import Case, Exercise
 

@@ -47,7 +47,7 @@ EXERCISE = Exercise(
     signature="attention_step(m: torch.Tensor, acc: torch.Tensor, s: torch.Tensor, v: torch.Tensor) -> torch.Tensor",
     reference=attention_step_reference,
     make_inputs=_state_and_block,
-    solution="solutions.flash_attention",
+    solution="solutions.attention_step",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
     # P is rounded to float16 for tl.dot (v's type), ±2**-12 of each weight ≤ 1: over 32 keys
     # of N(0, 1) values that is up to ~2e-3 absolute. A missing or inverted rescale is off by
