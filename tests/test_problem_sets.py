@@ -113,3 +113,12 @@ def test_the_package_built_from_the_students_copy_is_the_runtime_alone(students_
     wheel, = tmp_path.glob("triton_course-*.whl")
     packages = {Path(name).parts[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {p for p in packages if not p.endswith(".dist-info")} == {"autograder"}, packages
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_one_answer_cell_is_named_for_the_function_it_defines(assignment):
+    """nbgrader's grade id of the solution cell is the function's name, as the tests and
+    graders look it up; there is one such cell."""
+    cells = [c for c in nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4).cells
+             if c.metadata.get("nbgrader", {}).get("solution")]
+    assert [c.metadata.nbgrader.grade_id for c in cells] == [exercises.get(assignment).function]
