@@ -82,11 +82,13 @@ EXERCISE = Exercise(
     make_inputs=softmax_backward_inputs,
     solution="solutions.softmax_backward",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
-    # On an H200 the reference ran at 1.88-1.90× PyTorch (3,600 GB/s, 87% of the copy bandwidth,
-    # against 1,900 GB/s): 1.5× still leaves it 25% of room, and a kernel that reads y and dy
-    # twice (a pass for the sum, a pass for dx: 5 tensors' bytes instead of 3) would get about
-    # 3/5 of 1.9×, 1.1×.
-    throughput=Throughput(case=Case((4096, 4096)), threshold=1.5, bytes_moved=bytes_elementwise,
+    # On an H200 the reference ran at 1.88-1.90× PyTorch in-process (3,600 GB/s, 87% of the copy
+    # bandwidth, against 1,900 GB/s). The judge's clock gave lesson 4's forward softmax 0.82-0.88
+    # of its in-process ratio (1.28-1.38× against 1.56×, results/gpu/judge-2026-12-04.md), so
+    # expect about 1.55-1.65× there: 1.3× leaves the reference room, and a kernel that reads y
+    # and dy twice (a pass for the sum, a pass for dx: 5 tensors' bytes instead of 3) would get
+    # about 3/5 of that, near 1.0×.
+    throughput=Throughput(case=Case((4096, 4096)), threshold=1.3, bytes_moved=bytes_elementwise,
                           baseline="softmax backward (torch._softmax_backward_data)"),
     tolerances=SOFTMAX_BACKWARD_TOLERANCES,
     points={"correctness": 4, "hidden": 4, "throughput": 2},
