@@ -139,8 +139,8 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
     if copies:  # data movement the exercise does not allow: a copy
         return (f"`{exercise.function}` copied data with PyTorch ({', '.join(copies)}: .contiguous(), "
                 f".clone(), .to() or a reshape that cannot be a view). This exercise asks your kernel to "
-                f"read the inputs where they are, through their strides (a broadcast dimension has "
-                f"stride 0): a copy reads and writes every element of it once more.")
+                f"read the inputs where they are, through their strides: a copy reads and writes "
+                f"every element once more.")
     if record.torch_ops:
         ops = ", ".join(sorted(set(record.torch_ops)))
         return (f"`{exercise.function}` computed with PyTorch ({ops}). This exercise asks for the "
