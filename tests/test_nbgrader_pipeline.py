@@ -172,7 +172,7 @@ WRONG = {
     "ps2_softmax_backward": {
         "no_sum": ("(p * (g - dot))", "(p * g)"),
         "sums_dy": ("dot = tl.sum(p * g, axis=0)", "dot = tl.sum(g, axis=0)"),
-        "y_stride_for_dy": ("r * dy_stride + lanes", "r * y_stride + lanes"),
+        "reads_y_for_dy": ("g = tl.load(dy_ptr + r * dy_stride", "g = tl.load(y_ptr + r * y_stride"),
     },
     "ps3_cross_entropy": {
         "never_ignores": ("counted = label != IGNORE", "counted = label == label"),
