@@ -1,10 +1,12 @@
-"""Autograde a whole class, one student at a time, and print who got what and why.
+"""Autograde a whole class, students side by side, and print who got what and why.
 
 ``python -m autograder.grade_class ps1_broadcast_add`` (from the course root, after
 ``nbgrader collect``) runs ``nbgrader autograde`` for each student in ``submitted/`` in a
-process of its own, so a notebook that is broken, hangs or crashes costs only its own
-student; then it prints a table: points, the tests that lost points, and why, and which
-locked cells a student changed (each is graded as released: :mod:`autograder.grading.autograde`).
+process and a copy of the course of its own, several at once, one GPU each
+(:mod:`autograder.grade_workers`; ``--workers``), so a notebook that is broken, hangs or
+crashes costs only its own student; this process alone writes the gradebook. Then it prints
+a table: points, the tests that lost points, and why, and which locked cells a student
+changed (each is graded as released: :mod:`autograder.grading.autograde`).
 
 Each student's result is saved as soon as they are graded, in ``grades/<assignment>.json`` and
 ``.csv`` beside the gradebook; ``--resume`` skips students already graded on the same
@@ -19,9 +21,10 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
+import signal
 import sys
-import time
+from concurrent.futures import Future, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,11 +33,16 @@ from nbgrader.api import Gradebook, MissingEntry
 
 import solutions
 
+from . import grade_workers
 from .grading import confine, sandbox
 from .grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
-STUDENT_TIMEOUT_S = 1800
-CLOSED_TO_GRADING_USER = ("submitted", "autograded", "feedback", "source", "exchange", "gradebook.db")
+RESULTS_FOLDER = "grades"
+"""Beside the gradebook: ``<assignment>.json`` and ``.csv``, rewritten after every student;
+``logs/`` (what nbgrader printed for students it could not grade) and ``work/`` (the workers'
+copies of the course, each removed when its student is done)."""
+CLOSED_TO_GRADING_USER = ("submitted", "autograded", "feedback", "source", "release", "exchange", "gradebook.db",
+                          RESULTS_FOLDER)
 """What the student's code may not read when it runs as :data:`sandbox.GRADING_USER_VAR`."""
 
 
@@ -59,8 +67,6 @@ class StudentGrade:
     """The SHA-256 of the submitted notebooks, so ``--resume`` knows a resubmission."""
 
 
-RESULTS_FOLDER = "grades"
-"""Beside the gradebook: ``<assignment>.json`` and ``.csv``, rewritten after every student."""
 PART_OF_CELL = {"test_correctness": "correctness", "test_hidden": "hidden", "test_throughput": "throughput"}
 
 
@@ -112,6 +118,8 @@ def setup_problems(course: Path, assignment: str) -> list[str]:
     the tests' kernel), a grading user who cannot run Python, points in the package that differ
     from the gradebook's."""
     problems = []
+    if not (course / "gradebook.db").exists():
+        problems.append(f"{course} has no gradebook.db: run `nbgrader generate_assignment {assignment}` there first.")
     config = course / "nbgrader_config.py"
     if not config.exists() or "autograder.grading.autograde.ExecuteInstructorCells" not in config.read_text():
         problems.append(f"{config} is missing or is not the course's: nbgrader would run the student's cells "
@@ -155,23 +163,6 @@ def unreadable(course: Path, assignment: str, student: str) -> str | None:
         if not nb.cells:
             return f"{path.name} has no cells"
     return None
-
-
-def autograde(course: Path, assignment: str, student: str) -> str | None:
-    """Run nbgrader for one student; None on success, else the last line nbgrader printed."""
-    if (problem := unreadable(course, assignment, student)) is not None:
-        return problem
-    cmd = [sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", student,
-           "--create", "--force"]
-    try:
-        done = subprocess.run(cmd, cwd=course, capture_output=True, text=True, timeout=STUDENT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return f"grading took longer than {STUDENT_TIMEOUT_S} s and was stopped"
-    if done.returncode == 0:
-        return None
-    lines = [l for l in (done.stderr + done.stdout).splitlines() if l.strip()]
-    errors = [l for l in lines if "Error" in l or "error" in l] or lines or ["nbgrader failed"]
-    return errors[-1].strip()
 
 
 def failing_reason(notebook: dict, cell_id: str) -> str:
@@ -231,22 +222,18 @@ def locked_cell_notes(course: Path, assignment: str, student: str) -> list[str]:
     return notes
 
 
-def collect_grade(course: Path, assignment: str, student: str, problem: str | None) -> StudentGrade:
-    grade = StudentGrade(student, graded=problem is None)
-    if problem is not None:
-        grade.failing, grade.reasons = ["(whole notebook)"], [problem]
+def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -> StudentGrade:
+    """One student's line of the class table, read from the gradebook once the result is merged."""
+    grade = StudentGrade(result.student, graded=result.problem is None, seconds=result.seconds)
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        try:
-            submission = gb.find_submission(assignment, student)
-        except MissingEntry:  # nbgrader never got to it: record a zero, so exports list it
-            gb.update_or_create_student(student)
-            submission = gb.add_submission(assignment, student)
+        submission = gb.find_submission(assignment, result.student)
         grade.score, grade.max_score = submission.score, submission.max_score
-        if problem is not None:
+        if result.problem is not None:
+            grade.failing, grade.reasons = ["(whole notebook)"], [result.problem]
             return grade
-        grade.notes = locked_cell_notes(course, assignment, student)
+        grade.notes = locked_cell_notes(course, assignment, result.student)
         for nb in submission.notebooks:
-            path = course / "autograded" / student / assignment / f"{nb.name}.ipynb"
+            path = course / "autograded" / result.student / assignment / f"{nb.name}.ipynb"
             notebook = json.loads(path.read_text()) if path.exists() else {}
             for g in sorted(nb.grades, key=lambda g: g.name):
                 if g.score < g.max_score:
@@ -255,38 +242,95 @@ def collect_grade(course: Path, assignment: str, student: str, problem: str | No
     return grade
 
 
-def grade_class(course: Path, assignment: str, only: list[str] | None = None,
-                resume: bool = False) -> list[StudentGrade]:
-    """Autograde every student in ``submitted/`` (or those in ``only``), one process each,
-    saving each result as it comes; ``resume`` keeps saved results of unchanged notebooks.
-    Raises :class:`SetupError` before grading anyone when :func:`setup_problems` finds any."""
+def grade_class(course: Path, assignment: str, only: list[str] | None = None, resume: bool = False,
+                workers: int | None = None, scheduler: str | None = None) -> list[StudentGrade]:
+    """Autograde every student in ``submitted/`` (or those in ``only``), with ``workers``
+    workers on this machine (:func:`grade_workers.slots`) or on the Dask cluster whose
+    scheduler is at ``scheduler``, saving each result as it comes; ``resume`` keeps saved
+    results of unchanged notebooks. Raises :class:`SetupError` before grading anyone when
+    :func:`setup_problems` finds any."""
     from tqdm import tqdm
 
-    if problems := setup_problems(course, assignment):
+    problems = setup_problems(course, assignment)
+    work = course / RESULTS_FOLDER / "work"
+    try:
+        pool = grade_workers.LocalPool(workers, work) if scheduler is None else grade_workers.DaskPool(scheduler)
+    except (ValueError, OSError) as error:  # too many workers for the GPUs; no cluster there
+        problems.append(str(error))
+    if problems:
         raise SetupError("\n".join(problems))
     students = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}")
                       if only is None or p.parent.name in only)
     results = saved(course, assignment)
-    bar = tqdm(students, unit="student", dynamic_ncols=True)
+    digests = {student: submission_digest(course, assignment, student) for student in students}
+    todo = [s for s in students if not (resume and s in results and results[s].graded
+                                        and results[s].notebook == digests[s])]
+    print(pool.describe(), flush=True)
+    work.mkdir(parents=True, exist_ok=True)
+    _close_course(course)
+    gradebook = grade_workers.snapshot(course / "gradebook.db")
     failed = 0
-    for student in bar:
-        digest = submission_digest(course, assignment, student)
-        earlier = results.get(student)
-        if resume and earlier is not None and earlier.graded and earlier.notebook == digest:
-            continue
-        bar.set_postfix_str(f"{student}, {failed} not graded", refresh=True)
-        if sandbox.grading_user() is not None:  # closed again before each student: nbgrader adds files
-            sandbox.close_to_others(*(course / name for name in CLOSED_TO_GRADING_USER),
-                                    Path(solutions.__file__).parent)
-        start = time.monotonic()
-        problem = autograde(course, assignment, student)  # Ctrl-C here: this student is not saved
-        grade = collect_grade(course, assignment, student, problem)
-        grade.seconds, grade.notebook, grade.graded = time.monotonic() - start, digest, problem is None
-        failed += problem is not None
-        results[student] = grade
-        save(course, assignment, results)
-    bar.close()
+    try:
+        futures = []
+        for student in todo:
+            if (problem := unreadable(course, assignment, student)) is not None:
+                futures.append(Future())
+                futures[-1].set_result(grade_workers.Result(student, problem))
+            else:
+                futures.append(pool.submit(grade_workers.make_job(course, assignment, student, gradebook)))
+        with tqdm(total=len(todo), unit="student", dynamic_ncols=True) as bar:
+            for future in as_completed(futures):
+                result = future.result()
+                with _uninterrupted():  # a Ctrl-C waits until this student is merged and saved
+                    grade_workers.merge(course, assignment, result)
+                    grade = collect_grade(course, assignment, result)
+                    grade.notebook = digests[result.student]
+                    if result.problem is not None:
+                        grade.reasons[0] += f" (nbgrader's output: {_save_log(course, assignment, result)})"
+                    results[result.student] = grade
+                    save(course, assignment, results)
+                    _close_course(course)
+                failed += result.problem is not None
+                bar.set_postfix_str(f"{result.student} {result.seconds:.0f} s, {failed} not graded", refresh=False)
+                bar.update()
+    except BaseException:
+        pool.stop()
+        raise
+    finally:
+        pool.close()
     return [results[s] for s in students]
+
+
+def _close_course(course: Path) -> None:
+    """With a grading user, take "others" off what the student's code may not read (again
+    after each student: nbgrader adds files), and off the reference solutions."""
+    if sandbox.grading_user() is not None:
+        sandbox.close_to_others(*(course / name for name in CLOSED_TO_GRADING_USER),
+                                Path(solutions.__file__).parent)
+
+
+def _save_log(course: Path, assignment: str, result: grade_workers.Result) -> str:
+    path = course / RESULTS_FOLDER / "logs" / assignment / f"{result.student}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(result.log or "(nbgrader was not run)\n")
+    return str(path.relative_to(course))
+
+
+@contextmanager
+def _uninterrupted():
+    """Hold back a Ctrl-C (SIGINT) until the block is done, then raise it."""
+    caught = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    except ValueError:  # not the main thread: nothing to hold back
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def table(assignment: str, grades: list[StudentGrade]) -> str:
@@ -303,6 +347,11 @@ def main(argv=None) -> int:
     parser.add_argument("assignment")
     parser.add_argument("--course", type=Path, default=Path.cwd(), help="the course root (default: here)")
     parser.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, help="students graded at once (default: one per GPU, "
+                        "else one per CPU core up to 4)")
+    where.add_argument("--scheduler", metavar="ADDRESS", help="grade on the Dask cluster whose scheduler is at "
+                        "ADDRESS (e.g. tcp://10.0.0.5:8786) instead of on this machine")
     parser.add_argument("--resume", action="store_true", help="skip students already graded on the same notebook")
     parser.add_argument("--show", action="store_true", help="print the saved results; grade no one")
     args = parser.parse_args(argv)
@@ -313,14 +362,15 @@ def main(argv=None) -> int:
     else:
         print(confine.summary())
         try:
-            grades = grade_class(course, args.assignment, args.student, resume=args.resume)
+            grades = grade_class(course, args.assignment, args.student, resume=args.resume, workers=args.workers,
+                                 scheduler=args.scheduler)
         except SetupError as error:
             print(f"grading stopped before anyone was graded:\n{error}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             done = saved(course, args.assignment)
-            print(f"\nstopped: {len(done)} results saved in {course / RESULTS_FOLDER}; the student being graded "
-                  "was not saved. Run again with --resume to go on.", file=sys.stderr)
+            print(f"\nstopped: {len(done)} results saved in {course / RESULTS_FOLDER}; the students being graded "
+                  "were not saved. Run again with --resume to go on.", file=sys.stderr)
             return 130
     if not grades:
         print(f"no results for {args.assignment} in {course}: run `nbgrader collect` first")

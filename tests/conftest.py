@@ -42,3 +42,11 @@ def gpu_memory_is_released():
     gc.collect()
     leaked = torch.cuda.memory_allocated() - before
     assert leaked < 2**28, f"{leaked / 2**30:.1f} GiB of GPU memory still allocated after the test"
+
+
+@pytest.fixture(autouse=True)
+def no_runner_is_kept():
+    """A runner the judge keeps for a student's next test ends with the test that kept it."""
+    yield
+    from autograder.grading import judge
+    judge.stop_kept()

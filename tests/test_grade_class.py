@@ -1,14 +1,20 @@
-"""grade_class for a class: results saved as each student finishes, --resume, --show, a Ctrl-C
-that loses no finished student, and set-up errors that stop the run before anyone is graded.
-nbgrader's own grading is stubbed here (tests/test_class_robustness.py runs it for real)."""
+"""grade_class for a class: workers side by side (one GPU each), one owner of the gradebook,
+results saved as each student finishes, --resume, --show, a Ctrl-C that loses no finished
+student, and set-up errors that stop the run before anyone is graded. The workers' nbgrader
+is stubbed here (tests/test_class_robustness.py runs it for real, tests/test_class_workers.py
+times it)."""
 import json
 import shutil
+import subprocess
+import threading
+import time
 
 import pytest
+from nbgrader.api import Gradebook
 
-from autograder import exercises, grade_class as gc
+from autograder import exercises, grade_class as gc, grade_workers
 from autograder.grading import sandbox
-from test_nbgrader_pipeline import PS1, new_course
+from test_nbgrader_pipeline import PS1, cell_scores, new_course
 
 pytestmark = pytest.mark.slow
 
@@ -31,23 +37,35 @@ def course(released, tmp_path):
     return copy
 
 
+VISIBLE_GPUS = grade_workers.visible_gpus
+SCORES = {"test_correctness": 4.0, "test_hidden": 3.0, "test_throughput": 0.0}
+
+
 @pytest.fixture
 def graded(monkeypatch):
+    """A stub for a worker's nbgrader run: it records whom it grades (and on which GPU) and
+    gives :data:`SCORES`, fails whoever has a reason in ``outcome``, or raises a Ctrl-C."""
     calls, outcome = [], {}
 
-    def stub(course, assignment, student):
-        calls.append(student)
-        if outcome.get(student) == "interrupt":
+    def stub(job, workdir, env=None):
+        calls.append(job.student)
+        if outcome.get(job.student) == "interrupt":
             raise KeyboardInterrupt
-        return outcome.get(student)
+        time.sleep(0.05)
+        notebooks = {PS1: {"late_submission_penalty": None, "grades": SCORES, "comments": {}}}
+        return grade_workers.Result(job.student, outcome.get(job.student), {"timestamp": None, "notebooks": notebooks},
+                                    {f"{PS1}.ipynb": (0o644, job.files[f"submitted/{job.student}/{PS1}/{PS1}.ipynb"])},
+                                    log="nbgrader's last words")
 
-    monkeypatch.setattr(gc, "autograde", stub)
+    monkeypatch.setattr(grade_workers, "run_job", stub)
+    monkeypatch.setattr(grade_workers, "visible_gpus", lambda: [])
     return calls, outcome
 
 
 def test_results_are_saved_and_resume_grades_only_what_changed(course, graded):
     calls, _ = graded
-    assert gc.main([PS1, "--course", str(course)]) == 0 and calls == ["ada", "bob", "cy"]
+    assert gc.main([PS1, "--course", str(course)]) == 0 and sorted(calls) == ["ada", "bob", "cy"]
+    assert all(cell_scores(course, PS1, student) == SCORES for student in calls)
     records = json.loads((course / "grades" / f"{PS1}.json").read_text())
     assert set(records) == {"ada", "bob", "cy"} and all(r["graded"] and r["notebook"] for r in records.values())
     assert (course / "grades" / f"{PS1}.csv").read_text().splitlines()[0].startswith("student,score,max_score")
@@ -60,22 +78,85 @@ def test_results_are_saved_and_resume_grades_only_what_changed(course, graded):
 def test_a_ctrl_c_keeps_every_finished_student_and_no_half_graded_one(course, graded, capsys):
     calls, outcome = graded
     outcome["bob"] = "interrupt"
-    assert gc.main([PS1, "--course", str(course)]) == 130
+    assert gc.main([PS1, "--course", str(course), "--workers", "1"]) == 130
     assert set(gc.saved(course, PS1)) == {"ada"} and "--resume" in capsys.readouterr().err
     del outcome["bob"]
     calls.clear()
-    assert gc.main([PS1, "--course", str(course), "--resume"]) == 0 and calls == ["bob", "cy"]
-    assert gc.main([PS1, "--course", str(course), "--show"]) == 0 and calls == ["bob", "cy"]
+    assert gc.main([PS1, "--course", str(course), "--resume"]) == 0 and sorted(calls) == ["bob", "cy"]
+    assert gc.main([PS1, "--course", str(course), "--show"]) == 0 and sorted(calls) == ["bob", "cy"]
     assert "ada" in capsys.readouterr().out
 
 
-def test_a_student_who_could_not_be_graded_makes_the_run_fail(course, graded, capsys):
+def test_a_student_who_could_not_be_graded_makes_the_run_fail_and_keeps_no_earlier_score(course, graded, capsys):
     _, outcome = graded
-    outcome["cy"] = "cy.ipynb is not a readable notebook (NotJSONError: ...)"
+    assert gc.main([PS1, "--course", str(course)]) == 0 and cell_scores(course, PS1, "cy") == SCORES
+    outcome["cy"] = "NbGraderException: the kernel died"
     assert gc.main([PS1, "--course", str(course)]) == 1
     out, err = capsys.readouterr()
-    assert "1 could not be graded: cy" in err and "not a readable notebook" in out
-    assert not gc.saved(course, PS1)["cy"].graded
+    assert "1 could not be graded: cy" in err and "the kernel died (nbgrader's output: grades/logs/" in out
+    assert (course / "grades" / "logs" / PS1 / "cy.log").read_text() == "nbgrader's last words"
+    assert not gc.saved(course, PS1)["cy"].graded and not (course / "autograded" / "cy" / PS1).exists()
+    assert cell_scores(course, PS1, "cy") == dict.fromkeys(SCORES, 0.0)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:  # flagged for a look by hand
+        assert all(g.needs_manual_grade for g in gb.find_submission_notebook(PS1, PS1, "cy").grades)
+
+
+def test_an_unreadable_notebook_is_not_sent_to_a_worker(course, graded, capsys):
+    calls, _ = graded
+    (course / "submitted" / "cy" / PS1 / f"{PS1}.ipynb").write_text('{"cells": [ not JSON')
+    assert gc.main([PS1, "--course", str(course)]) == 1 and sorted(calls) == ["ada", "bob"]
+    assert "is not a readable notebook (NotJSONError" in capsys.readouterr().out
+    assert cell_scores(course, PS1, "cy") == dict.fromkeys(SCORES, 0.0)
+
+
+def test_each_worker_has_a_gpu_of_its_own_and_never_more_workers_than_gpus(course, graded, monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the workers' GPUs are named as the run sees them
+    monkeypatch.setattr(grade_workers, "visible_gpus", VISIBLE_GPUS)
+    busy, seen, lock = set(), [], threading.Lock()
+    stub = grade_workers.run_job
+
+    def on_a_gpu(job, workdir, env=None):
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            assert gpu not in busy, f"two students on GPU {gpu} at once"
+            busy.add(gpu)
+            seen.append(gpu)
+        try:
+            time.sleep(0.3)
+            return stub(job, workdir, env)
+        finally:
+            with lock:
+                busy.discard(gpu)
+
+    monkeypatch.setattr(grade_workers, "run_job", on_a_gpu)
+    assert gc.main([PS1, "--course", str(course)]) == 0
+    assert sorted(set(seen)) == ["3", "5"] and len(seen) == 3
+    assert "2 workers, one GPU each (GPUs 3, 5)" in capsys.readouterr().out
+    assert gc.main([PS1, "--course", str(course), "--workers", "3"]) == 2 and len(seen) == 3
+    assert "--workers 3 with 2 GPU(s)" in capsys.readouterr().err
+
+
+def test_stopping_a_grading_kills_every_process_below_it():
+    """nbgrader, its kernel, and runners in sessions of their own."""
+    tree = subprocess.Popen(["bash", "-c", "sleep 300 & setsid sleep 300 & echo started; wait"],
+                            stdout=subprocess.PIPE, text=True)
+    tree.stdout.readline()
+    below = [int(p) for p in subprocess.run(["pgrep", "-P", str(tree.pid)], capture_output=True,
+                                            text=True).stdout.split()]
+    assert len(below) == 2
+    grade_workers.kill_tree(tree.pid)
+    assert tree.wait(timeout=10) == -9
+    for pid in below:
+        for _ in range(50):
+            try:
+                state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                break
+            if state == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"process {pid} still runs")
 
 
 def test_set_up_errors_stop_the_run_before_anyone_is_graded(course, graded, monkeypatch, capsys):

@@ -2,6 +2,11 @@
 checker in its own process, the verdict is the judge's. Each attack below earned marks when
 checker and student code shared one process (issue 18); each must now earn what a kernel
 that does nothing earns."""
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -9,6 +14,7 @@ from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
 from autograder.notebook_sync import solution_section
+from conftest import DEVICE
 
 SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom autograder import check, grade, setup_device\ndevice = setup_device()"
 ZEROS = '''
@@ -120,6 +126,97 @@ def test_a_crash_or_a_hang_fails_only_that_test(graded_here, monkeypatch):
     result = isolated()
     assert "stopped after 20 s, the limit for one graded test" in result.cases[0].message
     assert all(c.message == result.cases[0].message for c in result.cases[1:])
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The runners the judge starts, in order."""
+    runners = []
+
+    class Counted(judging.Runner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runners.append(self)
+    monkeypatch.setattr(judging, "Runner", Counted)
+    return runners
+
+
+def running(runner) -> bool:
+    return runner.process.wait(0) is None
+
+
+REFERENCE_ADD = solution_section("solutions/broadcast_add.py", "add")
+
+
+def test_the_hidden_test_takes_the_runner_the_correctness_test_kept(graded_here, started):
+    write_notebook(graded_here, REFERENCE_ADD)
+    assert isolated().correct and running(started[0])
+    assert isolated(cases="hidden").correct and len(started) == 1 and not running(started[0])
+    assert isolated().correct and judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct
+    assert len(started) == 3 and not running(started[1]) and not running(started[2])  # no other test takes it
+    assert isolated().correct
+    write_notebook(graded_here, REFERENCE_ADD + "\n# changed")
+    assert isolated(cases="hidden").correct and len(started) == 5 and not running(started[3])
+
+
+FAILS_ONCE = REFERENCE_ADD + '''
+import os
+_calls = []
+
+
+def add(x, y, _add=add):  # the first call of each runner fails
+    _calls.append(1)
+    if len(_calls) == 1:
+        {failure}
+    return _add(x, y)
+'''
+
+
+@pytest.mark.parametrize("failure, words", [("raise ValueError('first call')", "`add` raised ValueError: first call"),
+                                            ("os._exit(3)", "crashed the grading process (exit code 3)")])
+def test_after_a_failure_the_next_test_starts_a_clean_runner(graded_here, started, failure, words):
+    write_notebook(graded_here, FAILS_ONCE.format(failure=failure))
+    for cases in ("visible", "hidden"):
+        first = isolated(cases=cases).cases[0]
+        assert words in first.message, first.message
+    assert len(started) == 2 and not running(started[0])
+
+
+HANGS_WHEN_HIDDEN = REFERENCE_ADD + '''
+import time
+_calls = []
+
+
+def add(x, y, _add=add):  # a call after the visible cases never ends
+    _calls.append(1)
+    if len(_calls) > {visible}:
+        time.sleep(600)
+    return _add(x, y)
+'''
+
+
+def test_a_hang_in_the_hidden_test_is_stopped_at_that_tests_own_limit(graded_here, started, monkeypatch):
+    write_notebook(graded_here, HANGS_WHEN_HIDDEN.format(visible=len(ADD.cases("visible", DEVICE.device))))
+    monkeypatch.setenv(judging.TIMEOUT_VAR, "15")
+    assert isolated().correct
+    began = time.monotonic()
+    result = isolated(cases="hidden")
+    assert time.monotonic() - began > 15 and len(started) == 1  # counted from the hidden test's start
+    assert "stopped after 15 s, the limit for one graded test" in result.cases[0].message
+    assert all(c.message == result.cases[0].message for c in result.cases[1:])
+
+
+def test_a_kept_runner_ends_with_the_judge(graded_here):
+    write_notebook(graded_here, REFERENCE_ADD)
+    judge = ("from autograder import setup_device; setup_device(verbose=False)\n"
+             "from autograder.assignments.ps1_broadcast_add import EXERCISE\n"
+             "from autograder.grading import judge\n"
+             "assert judge.grade_notebook(EXERCISE, cases='visible', measure_throughput=False).correct\n"
+             "print(*(r.process.process.pid for r in judge._kept.values()))")
+    done = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    pid, = done.stdout.split()  # the runner it kept
+    assert not Path(f"/proc/{pid}").exists()
 
 
 def test_a_broken_answer_cell_is_explained(graded_here):
@@ -373,7 +470,6 @@ def test_the_judge_refuses_malformed_messages():
 
 
 # --- on a GPU: the judge's clock and guard zones (results/gpu/) ------------------------------
-REFERENCE_ADD = solution_section("solutions/broadcast_add.py", "add")
 SLOW_ADD = REFERENCE_ADD + '''
 
 def add(x, y, _add=add):  # the right answer with twice the memory traffic: half the reference's speed

@@ -14,7 +14,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises
 from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1_EXERCISE
-from autograder.grade_class import grade_class, table
+from autograder.grade_class import grade_class, saved, table
 from conftest import DEVICE, ROOT, venv_env
 
 pytestmark = pytest.mark.slow
@@ -59,29 +59,58 @@ def reference(assignment: str) -> str:
     return cell.source
 
 
+GUIDE = ROOT / "docs" / "instructor-guide.md"
+SOLVES = "# ... Ada solves"
+"""The line of the guide's student block where the student works on the notebook."""
+
+
+def guide_blocks(heading: str = "## One assignment, start to finish") -> list[str]:
+    """The bash blocks of one section of the instructor guide, as written."""
+    section = GUIDE.read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)```", section, re.S)
+
+
+def run_lines(block: str, cwd: Path, **env: str) -> dict[str, int]:
+    """Run a block in one bash, line by line as a reader pastes it; each command's exit status,
+    by the command as written (less its comment)."""
+    status = cwd / ".status"
+    commands = [line.split("  #")[0].strip() for line in block.splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+    script = "".join(f"{c}\nprintf '%s %s\\n' \"$?\" '{c}' >> {status}\n" for c in commands)
+    subprocess.run(["bash", "-u", "-c", script], cwd=cwd, env=venv_env(**env), capture_output=True, timeout=900)
+    codes = dict(reversed(line.split(" ", 1)) for line in status.read_text().splitlines())
+    status.unlink()
+    return {command: int(code) for command, code in codes.items()}
+
+
 @pytest.fixture(scope="module")
 def cycle(tmp_path_factory):
-    """ps1 through the exchange, for four students."""
+    """The guide's cycle for ps1, run as written (the student block once per student)."""
     tmp = tmp_path_factory.mktemp("cycle")
-    course = new_course(tmp, PS1)
-    exchange = f"--Exchange.root={course / 'exchange'}"
-    nbgrader(course, "release_assignment", PS1, "--force")
+    course, home = tmp / "course", tmp / "home"
+    home.mkdir()
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "source" / PS1, course / "source" / PS1)
+    env = {"HOME": str(home), "COURSE": str(course)}
+    instructor, student_block, back = guide_blocks()
+    assert all(code == 0 for code in run_lines(instructor, course, HOME=str(home)).values())
+    fetch, submit = student_block.split(SOLVES)
     students = {"ada": reference(PS1), "bob": reference(PS1).replace(*ROW_MASK_ONLY), "cy": None, "dee": "broken"}
     for student, solution in students.items():
-        home = tmp / student
-        home.mkdir()
-        nbgrader(home, "fetch_assignment", PS1, f"--course={COURSE_ID}", exchange, HOME=str(home))  # as the guide says
-        notebook = home / PS1 / f"{PS1}.ipynb"
+        assert all(code == 0 for code in run_lines(fetch.replace("ada", student), tmp, **env).values())
+        folder = home / "students" / student
+        notebook = folder / PS1 / f"{PS1}.ipynb"
         if solution == "broken":
             notebook.write_text('{"cells": [ this is not JSON')
         else:
             answer(notebook, PS1, solution)
-        nbgrader(home, "submit", PS1, f"--course={COURSE_ID}", f"--student={student}", exchange, HOME=str(home))
-    nbgrader(course, "collect", PS1)
-    grades = {g.student: g for g in grade_class(course, PS1)}
-    nbgrader(course, "generate_feedback", PS1, "--force")
-    nbgrader(course, "export", f"--to={course / 'grades.csv'}")
-    return course, grades
+        assert all(code == 0 for code in run_lines(submit.split("\n", 1)[1].replace("ada", student), folder,
+                                                   **env).values())
+    codes = run_lines(back, tmp, **env)
+    assert {c: code for c, code in codes.items() if code} == {f"python -m autograder.grade_class {PS1}": 1}, codes
+    assert len(codes) == 6  # cd, collect, grade_class (1: dee's notebook is not JSON), feedback, release, export
+    return course, saved(course, PS1)
 
 
 def cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]:
@@ -208,7 +237,7 @@ def expected_points(assignment: str, answer_cell: str) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("assignment", sorted(WRONG))
-def test_plain_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(assignment, tmp_path):
+def test_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(assignment, tmp_path):
     course = new_course(tmp_path, assignment)
     ref = reference(assignment)
     answers = {"ref": ref} | {name: ref.replace(*edit) for name, edit in WRONG[assignment].items()}
@@ -218,7 +247,10 @@ def test_plain_autograde_grades_the_reference_and_each_mistake_as_the_self_check
         folder.mkdir(parents=True)
         shutil.copy(course / "release" / assignment / f"{assignment}.ipynb", folder)
         answer(folder / f"{assignment}.ipynb", assignment, answer_cell)
-    nbgrader(course, "autograde", assignment, "--create", "--force")
+    if assignment == PS1:  # plain nbgrader, all in one process, as formgrader's Autograde button runs it
+        nbgrader(course, "autograde", assignment, "--create", "--force")
+    else:  # the course's way: workers side by side
+        grade_class(course, assignment)
     points = exercises.get(assignment).points
     assert cell_scores(course, assignment, "ref") == {
         "test_correctness": points["correctness"], "test_hidden": points["hidden"], "test_throughput": 0}

@@ -6,6 +6,22 @@ that come back against the reference it computes itself, and (on a GPU) times ba
 its own clock (:mod:`.clock`). Under ``nbgrader autograde`` it runs in nbgrader's kernel,
 which runs only the instructor's cells (:mod:`.autograde`): the verdict, the points and the
 cell output nbgrader reads come from a process that never ran the student's code.
+
+A student's hidden test takes the runner their correctness test leaves (:func:`_take_kept`):
+one start saved (a process, the course's imports, the answer cells). A runner is kept only by
+a correctness test whose every case passed, and taken only by a hidden test of the same answer
+cells under the same settings; any other test stops it first (a throughput test's clean
+baseline is timed with no student code loaded). After a crash, a hang, an exception, a broken
+rule or a wrong output, any of which could leave the runner in a state that changes the next
+verdict, the hidden test starts afresh, as every test did before. What carries over is what
+already carries over between the cases of one test: the function's own state and threads
+(and the outputs kept to refuse a reused buffer). Counting its calls, a function can tell the
+hidden cases from the visible ones, as it already can by their shapes (the visible cases are
+public), and gains nothing: every input is fresh, every output checked against the judge's
+reference. Honest code whose answers depend on earlier calls is wrong code whose verdict
+already depends on the order of the cases; that order (the correctness test's cases, then the
+hidden test's) is the notebook's, the same at every grading. Each test's time limit counts
+from its own start; a kept runner ends with the judge (:func:`stop_kept`, at exit).
 """
 from __future__ import annotations
 
@@ -76,17 +92,23 @@ def compile_cache() -> Path:
     code reaches them."""
     path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
+    atexit.register(stop_kept)  # first: the kept runner writes in it
     return path
 
 
 class Runner:
     """A runner process and the judge's end of its channel. Called with a case's inputs it
     returns ``(output, problem)`` as :func:`~autograder.correctness.run_cases` wants; once the
-    process has crashed, hung or broken the protocol, :attr:`ended` says so."""
+    process has crashed, hung or broken the protocol, :attr:`ended` says so. It runs in a
+    scratch folder of its own, removed when it stops."""
 
-    def __init__(self, exercise: Exercise, code: str | None, scratch: Path, deadline: float, limit_s: float):
+    def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float):
         self.exercise, self.deadline, self.limit_s = exercise, deadline, limit_s
         self.ended: str | None = None
+        self.folder = tempfile.TemporaryDirectory(prefix="grading-")
+        scratch = Path(self.folder.name, "work")
+        scratch.parent.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
+        scratch.mkdir()
         answer = scratch / "answer.py"
         answer.write_text(code or "")
         ours, theirs = socket.socketpair()
@@ -162,6 +184,7 @@ class Runner:
         returncode = None if timed_out is not False else self.process.wait(5)
         finished = self.process.stop()
         self.channel.close()
+        self.folder.cleanup()
         last = "\n".join(line[:300] for line in finished.output.strip().splitlines()[-6:])
         last = f"\nIts last output:\n{last}" if last else ""
         if timed_out is None:
@@ -195,32 +218,60 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
 
     budget = float(os.environ.get(TIMEOUT_VAR, TEST_LIMIT_S))
     deadline = time.monotonic() + budget
-    code = student_code(find_notebook(exercise.name))
+    notebook = find_notebook(exercise.name)
+    code = student_code(notebook)
     where, seed = device.current(), secrets.randbits(31)
+    # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
+    key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))
+    runner = _take_kept(key if cases == "hidden" else None, deadline)
     sandbox.become_subreaper()
-    with tempfile.TemporaryDirectory() as tmp:
-        scratch, baseline = Path(tmp), None
-        scratch.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
-        (scratch / "runner").mkdir()
-        (scratch / "reference").mkdir()
-        timing = measure_throughput and where.has_gpu and exercise.throughput is not None
+    timing = measure_throughput and where.has_gpu and exercise.throughput is not None
+    baseline, keep = None, False
+    try:
+        if timing:  # the clean baseline is timed before any student code is loaded
+            baseline = Runner(exercise, None, deadline, budget)
+            clean = clock.Baseline(exercise, baseline)
+        runner = runner or Runner(exercise, code, deadline, budget)
         try:
-            if timing:  # the clean baseline is timed before any student code is loaded
-                baseline = Runner(exercise, None, scratch / "reference", deadline, budget)
-                clean = clock.Baseline(exercise, baseline)
-            runner = Runner(exercise, code, scratch / "runner", deadline, budget)
-            try:
-                result = _failed(exercise, runner.error) if runner.error else CheckResult(
-                    exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device), seed, where.device))
-                if measure_throughput and exercise.throughput is not None:
-                    result.throughput = _throughput(exercise, result, runner, clean if timing else None)
-            finally:
-                runner.stop()
+            result = _failed(exercise, runner.error) if runner.error else CheckResult(
+                exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device), seed, where.device))
+            if measure_throughput and exercise.throughput is not None:
+                result.throughput = _throughput(exercise, result, runner, clean if timing else None)
+            keep = cases == "visible" and not measure_throughput and result.correct and not runner.ended
         finally:
-            if baseline is not None:
-                baseline.stop()
+            if keep:
+                _kept[key] = runner
+            else:
+                runner.stop()
+    finally:
+        if baseline is not None:
+            baseline.stop()
     _name_memory_exhaustion(result)
     return result
+
+
+_kept: dict[tuple, Runner] = {}
+"""The runner a correctness test kept for the hidden test (one at most), by the answer cells and
+settings it runs."""
+
+
+def _take_kept(key: tuple | None, deadline: float) -> Runner | None:
+    """The runner kept for ``key``, now with the test's ``deadline``, unless it ended between
+    tests; every other kept runner is stopped."""
+    runner = _kept.pop(key, None)
+    stop_kept()
+    if runner is not None and runner.process.wait(0) is None:
+        runner.deadline = deadline
+        return runner
+    if runner is not None:
+        runner.stop()
+    return None
+
+
+def stop_kept() -> None:
+    """Stop every kept runner."""
+    while _kept:
+        _kept.popitem()[1].stop()
 
 
 def _throughput(exercise: Exercise, result: CheckResult, runner: Runner, clean) -> ThroughputResult:

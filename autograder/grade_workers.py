@@ -1,0 +1,321 @@
+"""Grading students side by side, each in a copy of the course of its own, one GPU each:
+on this machine (:class:`LocalPool`, threads) or on a Dask cluster (:class:`DaskPool`).
+
+A worker gets a :class:`Job`: one student's submission with what ``nbgrader autograde``
+needs around it (the course's nbgrader settings, the assignment's source and release, a
+snapshot of the gradebook), as bytes, so that it can run on this machine or on another. It
+grades in a scratch course folder, pinned to its slot (a GPU of its own), and hands back a
+:class:`Result`: the scores and comments nbgrader wrote, and the graded notebooks. Only the
+process that owns the real gradebook writes to it (:func:`merge`), one student at a time, so
+workers never contend for one sqlite file and a run stopped at any moment leaves every
+student either graded whole or as before.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from nbgrader.api import Gradebook, MissingEntry
+from sqlalchemy.exc import SAWarning
+
+STUDENT_TIMEOUT_S = 1800
+"""For all of one student's grading: above the judge's limits on each graded test."""
+KEPT_LOG_CHARS = 20_000
+
+
+@dataclass
+class Job:
+    """Everything a worker needs to grade one student: file paths relative to the course root."""
+
+    assignment: str
+    student: str
+    files: dict[str, bytes]
+
+
+@dataclass
+class Result:
+    """What a worker hands back to the gradebook's owner."""
+
+    student: str
+    problem: str | None
+    """None when nbgrader graded the notebook; else the reason it could not."""
+    scores: dict | None = None
+    """:func:`read_scores` of the worker's gradebook."""
+    graded: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    """The files of ``autograded/<student>/<assignment>/``: relative path -> (mode, content)."""
+    seconds: float = 0.0
+    log: str = ""
+    """The end of what nbgrader printed."""
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` would name them to a child."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip() and not g.strip().startswith("-")]
+    import torch
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def slots(workers: int | None) -> list[dict[str, str]]:
+    """The environment of each worker. With GPUs: one GPU per worker, by default one worker
+    per GPU, and never more (two students timed on one GPU time each other's work too: a
+    reference-speed kernel failed its 0.8x threshold that way). Without: ``workers`` CPU
+    workers, by default one per core up to four."""
+    gpus = visible_gpus()
+    if gpus:
+        count = workers or len(gpus)
+        if count > len(gpus):
+            raise ValueError(f"--workers {count} with {len(gpus)} GPU(s): throughput is timed on a GPU no one "
+                             f"else uses, so use at most {len(gpus)} workers here.")
+        return [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus[:count]]
+    return [{} for _ in range(workers or min(4, os.cpu_count() or 1))]
+
+
+def describe(environments: list[dict[str, str]]) -> str:
+    """One line on how the class will be graded, e.g. ``2 workers, one GPU each (GPUs 0, 1)``."""
+    gpus = [env["CUDA_VISIBLE_DEVICES"] for env in environments if env.get("CUDA_VISIBLE_DEVICES")]
+    count = f"{len(environments)} worker{'s' * (len(environments) > 1)}"
+    return f"{count}, one GPU each (GPUs {', '.join(gpus)})" if gpus else f"{count} on the CPU (no GPU here)"
+
+
+def snapshot(database: Path) -> bytes:
+    """A consistent copy of an sqlite file (sqlite's own backup), as bytes."""
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = sqlite3.connect(database), sqlite3.connect(Path(folder) / "copy.db")
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        return (Path(folder) / "copy.db").read_bytes()
+
+
+def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> Job:
+    files = {"nbgrader_config.py": (course / "nbgrader_config.py").read_bytes(), "gradebook.db": gradebook}
+    for folder in (Path("source", assignment), Path("release", assignment), Path("submitted", student, assignment)):
+        for path in sorted((course / folder).rglob("*")):
+            if path.is_file() and ".ipynb_checkpoints" not in path.parts:
+                files[str(path.relative_to(course))] = path.read_bytes()
+    return Job(assignment, student, files)
+
+
+_running: dict[int, subprocess.Popen] = {}
+_lock = threading.Lock()
+
+
+def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
+            timeout_s: float = STUDENT_TIMEOUT_S) -> Result:
+    """Grade ``job`` with ``nbgrader autograde`` in a new course folder under ``workdir``
+    (removed afterwards), with ``env`` added to this process's environment."""
+    root = workdir / f"{job.assignment}-{job.student}"
+    shutil.rmtree(root, ignore_errors=True)
+    try:
+        for name, content in job.files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(content)
+        cmd = [sys.executable, "-m", "nbgrader", "autograde", job.assignment, "--student", job.student,
+               "--create", "--force", f"--CourseDirectory.root={root}"]
+        start = time.monotonic()
+        process = subprocess.Popen(cmd, cwd=root, env=os.environ | (env or {}), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        with _lock:
+            _running[process.pid] = process
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+            problem = None if process.returncode == 0 else _last_error(output)
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
+            output, _ = process.communicate()
+            problem = f"grading took longer than {timeout_s:g} s and was stopped"
+        finally:
+            with _lock:
+                _running.pop(process.pid, None)
+        graded = root / "autograded" / job.student / job.assignment
+        return Result(job.student, problem, read_scores(root / "gradebook.db", job.assignment, job.student),
+                      {str(p.relative_to(graded)): (p.stat().st_mode & 0o777, p.read_bytes())
+                       for p in sorted(graded.rglob("*")) if p.is_file()},
+                      time.monotonic() - start, output[-KEPT_LOG_CHARS:])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _last_error(output: str) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()] or lines or ["nbgrader failed"]
+    return errors[-1]
+
+
+def kill_tree(pid: int) -> None:
+    """Stop ``pid`` and every process below it (found by parent id), then kill them all:
+    nbgrader, its kernel and the runners the kernel started in sessions of their own."""
+    children: dict[int, list[int]] = {}
+    for task in Path("/proc").glob("[0-9]*"):
+        try:
+            parent = int((task / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(task.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for member in tree:
+            try:
+                os.kill(member, sig)
+            except ProcessLookupError:
+                pass
+
+
+def stop_all() -> None:
+    """Kill every grading this process has running (after a Ctrl-C)."""
+    with _lock:
+        pids = list(_running)
+    for pid in pids:
+        kill_tree(pid)
+
+
+def read_scores(database: Path, assignment: str, student: str) -> dict | None:
+    """What ``nbgrader autograde`` wrote for one submission: timestamp, and per notebook its
+    late penalty, each grade cell's automatic score and each answer cell's automatic comment."""
+    if not database.exists():
+        return None
+    with Gradebook(f"sqlite:///{database}") as gb:
+        try:
+            submission = gb.find_submission(assignment, student)
+        except MissingEntry:
+            return None
+        return {"timestamp": submission.timestamp,
+                "notebooks": {nb.name: {"late_submission_penalty": nb.late_submission_penalty,
+                                        "grades": {g.name: g.auto_score for g in nb.grades},
+                                        "comments": {c.name: c.auto_comment for c in nb.comments}}
+                              for nb in submission.notebooks}}
+
+
+def merge(course: Path, assignment: str, result: Result) -> None:
+    """Write one worker's result into the course's gradebook and ``autograded/`` folder. A
+    student nbgrader could not grade keeps no earlier score: every automatic score becomes 0,
+    flagged for a look by hand, and no graded notebook."""
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission builds rows before adding them
+        gb.update_or_create_student(result.student)
+        scores = result.scores if result.problem is None else None
+        timestamp: datetime | None = scores and scores["timestamp"]
+        gb.update_or_create_submission(assignment, result.student, **({"timestamp": timestamp} if timestamp else {}))
+        for nb in gb.find_submission(assignment, result.student).notebooks:
+            theirs = (scores or {"notebooks": {}})["notebooks"].get(nb.name)
+            if theirs is not None:
+                nb.late_submission_penalty = theirs["late_submission_penalty"]
+            for grade in nb.grades:
+                grade.auto_score = theirs["grades"].get(grade.name) if theirs else 0.0
+                grade.needs_manual_grade = theirs is None or grade.manual_score is not None or grade.auto_score is None
+            for comment in nb.comments:
+                comment.auto_comment = theirs["comments"].get(comment.name) if theirs else None
+        gb.db.commit()
+    _replace_folder(course / "autograded" / result.student / assignment, result.graded if scores else {})
+
+
+def _replace_folder(target: Path, files: dict[str, tuple[int, bytes]]) -> None:
+    """Swap ``target`` for a folder holding ``files`` (none: remove it), by renames."""
+    new, old = target.with_name(f".{target.name}.new"), target.with_name(f".{target.name}.old")
+    for leftover in (new, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    if files:
+        for name, (mode, content) in files.items():
+            (new / name).parent.mkdir(parents=True, exist_ok=True)
+            (new / name).write_bytes(content)
+            (new / name).chmod(mode)
+    if target.exists():
+        os.replace(target, old)
+    if files:
+        os.replace(new, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+class LocalPool:
+    """Workers on this machine: threads, each running one student's nbgrader at a time in
+    its slot's environment (:func:`slots`), in copies of the course under ``workdir``."""
+
+    def __init__(self, workers: int | None, workdir: Path):
+        self.environments, self.workdir = slots(workers), workdir
+        self.free: queue.SimpleQueue = queue.SimpleQueue()
+        for env in self.environments:
+            self.free.put(env)
+        self.executor = ThreadPoolExecutor(len(self.environments), thread_name_prefix="grader")
+
+    def describe(self) -> str:
+        return describe(self.environments)
+
+    def submit(self, job: Job) -> Future:
+        return self.executor.submit(self._run, job)
+
+    def _run(self, job: Job) -> Result:
+        env = self.free.get()
+        try:
+            return run_job(job, self.workdir, env)
+        finally:
+            self.free.put(env)
+
+    def stop(self) -> None:
+        """Cancel what has not started and kill what has."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        stop_all()
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+class DaskPool:
+    """Workers of a Dask cluster (``distributed``, imported only here): one student per task,
+    graded in the worker's temporary folder. Start one single-threaded worker per GPU, with
+    that GPU in its ``CUDA_VISIBLE_DEVICES`` and ``--resources GPU=1``; then every task asks
+    for a GPU, so no two students share one. A cluster whose workers declare no GPU grades on
+    their CPUs."""
+
+    def __init__(self, address: str):
+        from distributed import Client
+        self.client = Client(address, timeout="30s")
+        workers = self.client.scheduler_info()["workers"].values()
+        self.gpus = sum(int(w.get("resources", {}).get("GPU", 0)) for w in workers)
+        self.workers = len(workers)
+        if not self.workers:
+            raise ValueError(f"the Dask scheduler at {address} has no workers: start them first.")
+        self.executor = self.client.get_executor(pure=False, resources={"GPU": 1} if self.gpus else None)
+
+    def describe(self) -> str:
+        gpus = f", {self.gpus} GPU(s), one student per GPU at a time" if self.gpus else " on their CPUs (no GPU declared)"
+        return f"Dask cluster at {self.client.scheduler.address}: {self.workers} worker(s){gpus}"
+
+    def submit(self, job: Job) -> Future:
+        return self.executor.submit(run_in_temporary_folder, job)
+
+    def stop(self) -> None:
+        """Cancel what has not started, and kill every grading running on the workers
+        (Dask's cancel leaves a running task's processes alone)."""
+        self.executor.shutdown(wait=False)
+        self.client.run(stop_all)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def run_in_temporary_folder(job: Job) -> Result:
+    """:func:`run_job` on a machine without the course: in a temporary folder, as the worker's
+    environment says (its GPU)."""
+    with tempfile.TemporaryDirectory(prefix="grading-") as folder:
+        return run_job(job, Path(folder))

@@ -1,0 +1,122 @@
+"""A class graded by workers side by side, for real (nbgrader, the judge, the interpreter):
+two workers give exactly the grades of one in at most three quarters of the time, and a run
+killed mid-class keeps every finished student, leaves nothing running, and resumes."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from nbgrader.api import MissingEntry
+
+from autograder.grade_class import RESULTS_FOLDER, grade_class, saved
+from conftest import venv_env
+from test_nbgrader_pipeline import PS1, ROW_MASK_ONLY, answer, cell_scores, new_course, reference
+
+pytestmark = pytest.mark.slow
+STUDENTS = {"ada": reference(PS1), "bob": reference(PS1).replace(*ROW_MASK_ONLY), "cy": None, "dee": reference(PS1)}
+"""Two right, one missing a column mask (partial credit), one who wrote nothing."""
+
+
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory):
+    course = new_course(tmp_path_factory.mktemp("workers"), PS1)
+    for student, solution in STUDENTS.items():
+        folder = course / "submitted" / student / PS1
+        folder.mkdir(parents=True)
+        shutil.copy(course / "release" / PS1 / f"{PS1}.ipynb", folder)
+        answer(folder / f"{PS1}.ipynb", PS1, solution)
+    return course
+
+
+def copy_of(course: Path, tmp: Path) -> Path:
+    shutil.copytree(course, tmp / "course")
+    return tmp / "course"
+
+
+def outcome(course: Path, students=STUDENTS) -> dict:
+    """Each student's cell scores in the gradebook and saved line (less the time it took)."""
+    records = saved(course, PS1)
+    return {s: (cell_scores(course, PS1, s), records[s].score, records[s].failing, records[s].reasons)
+            for s in students}
+
+
+@pytest.fixture(scope="module")
+def one_worker(submitted, tmp_path_factory):
+    course = copy_of(submitted, tmp_path_factory.mktemp("one"))
+    start = time.monotonic()
+    grade_class(course, PS1, workers=1)
+    return course, time.monotonic() - start
+
+
+def test_two_workers_grade_exactly_as_one_in_at_most_three_quarters_of_the_time(one_worker, submitted, tmp_path):
+    serial, serial_s = one_worker
+    course = copy_of(submitted, tmp_path)
+    start = time.monotonic()
+    grade_class(course, PS1, workers=2)
+    parallel_s = time.monotonic() - start
+    assert outcome(course) == outcome(serial)
+    assert outcome(serial)["bob"][0]["test_correctness"] not in (0, 4)  # the class has partial credit too
+    assert parallel_s <= 0.75 * serial_s, f"2 workers took {parallel_s:.1f} s, 1 worker {serial_s:.1f} s"
+    assert not any((course / RESULTS_FOLDER / "work").iterdir())
+
+
+def running_in(course: Path) -> list[str]:
+    """Processes whose command line or working folder lies in ``course``."""
+    found = []
+    for task in Path("/proc").glob("[0-9]*"):
+        try:
+            where = os.readlink(task / "cwd") + " " + (task / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(course) in where:
+            found.append(f"{task.name}: {where}")
+    return found
+
+
+def test_a_class_stopped_mid_run_keeps_its_finished_students_leaves_nothing_running_and_resumes(
+        one_worker, submitted, tmp_path):
+    serial, _ = one_worker
+    course = copy_of(submitted, tmp_path)
+    results = course / RESULTS_FOLDER / f"{PS1}.json"
+    run = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", PS1, "--workers", "2"], cwd=course,
+                           env=venv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not results.exists() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)  # a Ctrl-C, with the other worker mid-student
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 130, out + err
+    finished = set(json.loads(results.read_text()))
+    assert finished and finished < set(STUDENTS) and "--resume" in err
+    assert outcome(course, finished) == outcome(serial, finished)
+    for student in set(STUDENTS) - finished:  # never half-written: nothing of theirs in the gradebook
+        with pytest.raises(MissingEntry):
+            cell_scores(course, PS1, student)
+        assert not (course / "autograded" / student).exists()
+    time.sleep(1)
+    assert running_in(course) == [] and not any((course / RESULTS_FOLDER / "work").iterdir())
+    seconds = {s: g.seconds for s, g in saved(course, PS1).items()}
+    done = subprocess.run([sys.executable, "-m", "autograder.grade_class", PS1, "--resume"], cwd=course,
+                          env=venv_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert outcome(course) == outcome(serial)
+    assert {s: g.seconds for s, g in saved(course, PS1).items() if s in finished} == seconds  # not regraded
+
+
+def test_a_dask_cluster_grades_exactly_as_this_machine_does(one_worker, submitted, tmp_path, capsys):
+    """Two single-threaded workers that each declare a GPU (there is none here: the path
+    that asks a worker for a GPU is what is checked), fed by the owner of the gradebook."""
+    from distributed import LocalCluster
+
+    serial, _ = one_worker
+    course = copy_of(submitted, tmp_path)
+    with LocalCluster(n_workers=2, threads_per_worker=1, resources={"GPU": 1}, dashboard_address=None) as cluster:
+        grade_class(course, PS1, only=["ada", "bob"], scheduler=cluster.scheduler_address)
+    assert f"Dask cluster at {cluster.scheduler_address}: 2 worker(s), 2 GPU(s)" in capsys.readouterr().out
+    assert outcome(course, ["ada", "bob"]) == outcome(serial, ["ada", "bob"])
+    assert not any((course / RESULTS_FOLDER / "work").iterdir())
