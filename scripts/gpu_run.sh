@@ -3,6 +3,7 @@
 # run for 10 minutes at most:
 #   bash scripts/gpu_run.sh bench [--only NAME,...]   the benchmark (autograder.bench)
 #   bash scripts/gpu_run.sh tests [PYTEST ARGS]       the GPU tests and notebooks (default: all)
+#   bash scripts/gpu_run.sh class [PYTEST ARGS]       classes graded by grade_class (tests/test_class_on_gpu.py)
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
 stage=${1:?"usage: gpu_run.sh bench|tests [args]"}; shift
@@ -11,7 +12,7 @@ mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
+  export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"  # nbgrader runs `alembic`
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Compiled kernels persist between calls while the machine stays warm (the folder is ignored).
@@ -27,6 +28,10 @@ case $stage in
            --ignore=tests/test_nbgrader_pipeline.py --ignore=tests/test_browser.py \
            --ignore=tests/test_colab_like.py --ignore=tests/test_environment.py \
            --ignore=tests/test_triton_floor.py --ignore=tests/test_class_robustness.py \
+           --ignore=tests/test_class_workers.py --ignore=tests/test_class_on_gpu.py \
            "${@:-tests}" 2>&1 | tee "$out/pytest.log" | grep -v " PASSED" ;;
-  *) echo "unknown stage $stage: use bench or tests" >&2; exit 2 ;;
+  # One worker per GPU; -k picks problem sets (a call lasts 10 minutes at most).
+  class) COURSE_CLASS_RESULTS="$out/class-grading.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
+           -p no:warnings tests/test_class_on_gpu.py "$@" 2>&1 | tee "$out/pytest-class.log" ;;
+  *) echo "unknown stage $stage: use bench, tests or class" >&2; exit 2 ;;
 esac

@@ -1,0 +1,47 @@
+"""``triton-course``: the course's commands under one name.
+
+    triton-course grade ASSIGNMENT [...]   autograde a class (autograder.grade_class)
+    triton-course bench [...]              the GPU benchmark (autograder.bench)
+    triton-course sync [--check]           regenerate every generated notebook cell, then the
+                                           student versions (--check: report drift, change nothing)
+    triton-course distribute DEST          write the students' copy (autograder.distribution)
+
+``triton-course COMMAND --help`` shows a command's options; each is also ``python -m`` its module.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {"grade": "autograder.grade_class", "bench": "autograder.bench", "distribute": "autograder.distribution"}
+
+
+def sync(argv: list[str]) -> int:
+    """The graded cells and rubrics from the declarations, then the student versions from the
+    source notebooks: in that order, since the second reads what the first writes."""
+    parser = argparse.ArgumentParser(prog="triton-course sync", description=sync.__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report drift, change nothing")
+    check = ["--check"] if parser.parse_args(argv).check else []
+    from . import notebook_sync, student_versions
+    return max(notebook_sync.main(check), student_versions.main(check))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "sync":
+        return sync(rest)
+    if command not in COMMANDS:
+        print(f"triton-course: no command {command!r}; the commands are grade, bench, sync and distribute "
+              "(triton-course --help)", file=sys.stderr)
+        return 2
+    sys.argv[0] = f"triton-course {command}"  # what the command's --help calls it
+    return importlib.import_module(COMMANDS[command]).main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
