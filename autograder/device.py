@@ -45,8 +45,8 @@ def setup_device(verbose: bool = True) -> DeviceChoice:
     if _choice is None:
         _choice = _choose()
         if _choice.interpreted:
-            from .guards import install_interpreter_bounds_check
-            install_interpreter_bounds_check()
+            from .guards import install_interpreter_hooks
+            install_interpreter_hooks()
     if verbose:
         print(_choice.describe())
     return _choice
@@ -104,16 +104,39 @@ def _reinterpret_triton_language() -> None:
     They are made when ``triton.language`` is imported; if that happened before the switch
     they are compiled-mode functions, which the interpreter refuses to call.
     """
+    reinterpret(triton_language_namespaces())
+
+
+def triton_language_namespaces() -> list[dict]:
+    """The globals of every loaded ``triton.language`` module."""
     import sys
 
+    return [vars(module) for name, module in list(sys.modules.items())
+            if name.startswith("triton.language") and module is not None]
+
+
+def reinterpret(namespaces: list[dict]) -> list[tuple[dict, str, object]]:
+    """Swap each compiled-mode ``@triton.jit`` function in ``namespaces`` (module globals), and
+    in the globals of those it can call, for an interpreted one; return what was swapped as
+    (namespace, name, original), to put back."""
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    for name, module in list(sys.modules.items()):
-        if name.startswith("triton.language") and module is not None:
-            for attr, value in list(vars(module).items()):
-                if isinstance(value, JITFunction):
-                    setattr(module, attr, InterpretedFunction(value.fn))
+    swapped: dict[int, InterpretedFunction] = {}
+    changes, pending, visited = [], list(namespaces), set()
+    while pending:
+        namespace = pending.pop()
+        if id(namespace) in visited:
+            continue
+        visited.add(id(namespace))
+        for name, value in list(namespace.items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in swapped:
+                    swapped[id(value)] = InterpretedFunction(value.fn)
+                    pending.append(value.fn.__globals__)
+                changes.append((namespace, name, value))
+                namespace[name] = swapped[id(value)]
+    return changes
 
 
 def _check_interpreter_versions() -> None:

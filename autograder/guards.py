@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
@@ -252,10 +253,13 @@ def time_limit(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-# --- interpreter bounds check -------------------------------------------------------------
+# --- interpreter hooks ---------------------------------------------------------------------
 # The interpreter dereferences raw host pointers, so a store past the end of a tensor
 # corrupts the Python process (seen: "double free or corruption", then the kernel dies).
-# We check every active address against the storages of the launch's tensor arguments.
+# One patch of the interpreter shows each launch's host arguments, then each of its loads,
+# stores and atomics, to a watcher: by default the bounds check below, which checks every
+# active address against the storages of the launch's tensor arguments; while
+# :func:`autograder.trace` runs, its recorder (:mod:`autograder.memory_trace`).
 
 @dataclass(frozen=True)
 class _Region:
@@ -265,84 +269,126 @@ class _Region:
     itemsize: int
 
 
-_regions: list[_Region] | None = None
-
-
 def _tensor_regions(names, args) -> list[_Region] | None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
     regions = []
     for name, arg in zip(names, args):
+        if isinstance(arg, TensorDescriptor):
+            arg = arg.base  # its loads and stores address the base tensor
         if isinstance(arg, torch.Tensor):
             storage = arg.untyped_storage()
             regions.append(_Region(name, storage.data_ptr(), storage.data_ptr() + storage.nbytes(),
                                    arg.element_size()))
         elif hasattr(arg, "data_ptr") or isinstance(arg, tuple):
-            return None  # descriptors and tuples of tensors: not tracked, so not checked
+            return None  # wrapped tensors and tuples of tensors: not tracked, so not checked
     return regions
 
 
-def _check_addresses(kind: str, ptrs, mask) -> None:
-    if not _regions:
-        return
+def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
     addresses = np.asarray(ptrs.data, dtype=np.uint64)
     active = addresses[np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)]
     if active.size == 0:
-        return
+        return ptrs, mask
     width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
     inside = np.zeros(active.shape, dtype=bool)
-    for r in _regions:
+    for r in regions:
         inside |= (active >= r.start) & (active + width <= r.end)
     if inside.all():
-        return
+        return ptrs, mask
     from triton.runtime.interpreter import interpreter_builder
 
     first = int(active[~inside][0])
-    nearest = max((r for r in _regions if r.start <= first), key=lambda r: r.start,
-                  default=_regions[0])
+    nearest = max((r for r in regions if r.start <= first), key=lambda r: r.start,
+                  default=regions[0])
     offset = (first - nearest.start) // nearest.itemsize
     size = (nearest.end - nearest.start) // nearest.itemsize
+    call = "atomic_add" if kind == "atomic" else kind
     raise OutOfBoundsAccess(
         f"out-of-bounds {kind} in program {tuple(interpreter_builder.grid_idx)}: "
         f"{int((~inside).sum())} of {active.size} active lanes fall outside the tensors passed "
         f"to the kernel; the first is element {offset} of `{nearest.name}`, whose memory holds "
-        f"{size} element{'s' if size != 1 else ''}. Guard the access with a mask (e.g. tl.{kind}(..., "
+        f"{size} element{'s' if size != 1 else ''}. Guard the access with a mask (e.g. tl.{call}(..., "
         f"mask=offsets < n_elements)).")
 
 
-def install_interpreter_bounds_check() -> None:
-    """Make interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory."""
+def _bounds_check(names: list[str], values: list):
+    regions = _tensor_regions(names, values)
+    return values, (partial(_check_addresses, regions) if regions else None)
+
+
+_on_launch = _bounds_check
+"""Sees each interpreted launch: called with its argument names and host values, it returns
+the values the kernel runs with and the function that sees each access, or None."""
+_on_access = None
+"""That function for the launch under way: called with the kind ("load", "store" or
+"atomic"), the pointers and the mask, it returns the pointers and mask to run with."""
+
+
+@contextlib.contextmanager
+def interpreter_launches(on_launch):
+    """Show the interpreted launches in the block to ``on_launch`` instead of the bounds check."""
+    global _on_launch
+    install_interpreter_hooks()
+    previous, _on_launch = _on_launch, on_launch
+    try:
+        yield
+    finally:
+        _on_launch = previous
+
+
+def install_interpreter_hooks() -> None:
+    """Patch the interpreter (once) so that its launches and accesses reach ``_on_launch``:
+    interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory."""
+    import triton.language as tl
     from triton.runtime import interpreter
 
-    if getattr(interpreter, "_course_bounds_check", False):
+    if getattr(interpreter, "_course_hooks", False):
         return
     executor = interpreter.GridExecutor
     original_init, original_call = executor._init_args_hst, executor.__call__
 
     def init_args(self, args_dev, kwargs):
-        global _regions
+        global _on_access
         args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
         names = self.arg_names[:len(args_hst)] + list(kwargs_hst)
-        _regions = _tensor_regions(names, list(args_hst) + list(kwargs_hst.values()))
-        return args_hst, kwargs_hst
+        values, _on_access = _on_launch(names, list(args_hst) + list(kwargs_hst.values()))
+        return values[:len(args_hst)], dict(zip(kwargs_hst, values[len(args_hst):]))
 
     def call(self, *args_dev, **kwargs):
-        global _regions
-        previous = _regions
+        global _on_access
+        previous = _on_access
         try:
             return original_call(self, *args_dev, **kwargs)
         finally:
-            _regions = previous
+            _on_access = previous
+
+    def seen(kind, ptrs, mask):
+        return (ptrs, mask) if _on_access is None else _on_access(kind, ptrs, mask)
 
     builder = type(interpreter.interpreter_builder)
-    original_load, original_store = builder.create_masked_load, builder.create_masked_store
+    load, store = builder.create_masked_load, builder.create_masked_store
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
-    def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
-        _check_addresses("load", ptrs, mask)
-        return original_load(self, ptrs, mask, other, cache_policy, is_volatile)
+    def masked_load(self, ptrs, mask, *rest, **options):
+        return load(self, *seen("load", ptrs, mask), *rest, **options)
 
-    def masked_store(self, ptrs, value, mask, cache_policy):
-        _check_addresses("store", ptrs, mask)
-        return original_store(self, ptrs, value, mask, cache_policy)
+    def masked_store(self, ptrs, value, mask, *rest, **options):
+        ptrs, mask = seen("store", ptrs, mask)
+        return store(self, ptrs, value, mask, *rest, **options)
+
+    def atomic_rmw(self, op, ptr, val, mask, *rest, **options):
+        ptr, mask = seen("atomic", ptr, mask)
+        return rmw(self, op, ptr, val, mask, *rest, **options)
+
+    def atomic_cas(self, ptr, *rest, **options):
+        everywhere = interpreter.TensorHandle(np.ones(np.shape(ptr.data), dtype=bool), tl.int1)
+        ptr, mask = seen("atomic", ptr, everywhere)
+        if not np.all(mask.data):  # it has no mask: a lane cannot be left out
+            raise OutOfBoundsAccess("an atomic_cas outside its tensor: give every lane a valid address.")
+        return cas(self, ptr, *rest, **options)
 
     executor._init_args_hst, executor.__call__ = init_args, call
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-    interpreter._course_bounds_check = True
+    builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
+    interpreter._course_hooks = True
