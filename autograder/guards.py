@@ -291,25 +291,29 @@ def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
     if active.size == 0:
         return ptrs, mask
     width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
-    inside = np.zeros(active.shape, dtype=bool)
-    for r in regions:
-        inside |= (active >= r.start) & (active + width <= r.end)
+    within = [(active >= r.start) & (active + width <= r.end) for r in regions]
+    inside = np.logical_or.reduce(within)
     if inside.all():
         return ptrs, mask
     from triton.runtime.interpreter import interpreter_builder
 
     first = int(active[~inside][0])
-    nearest = max((r for r in regions if r.start <= first), key=lambda r: r.start,
-                  default=regions[0])
-    offset = (first - nearest.start) // nearest.itemsize
-    size = (nearest.end - nearest.start) // nearest.itemsize
+    hits = [int(w.sum()) for w in within]
+    if max(hits) > 0:  # the tensor the access's other lanes address is the one it was meant for
+        meant = regions[hits.index(max(hits))]
+        where = f"fall outside `{meant.name}`, the tensor its other lanes address"
+    else:
+        meant = min(regions, key=lambda r: r.start - first if first < r.start else max(first - r.end + 1, 0))
+        where = f"address no tensor passed to the kernel (the nearest is `{meant.name}`)"
+    offset = (first - meant.start) // meant.itemsize
+    size = (meant.end - meant.start) // meant.itemsize
+    before = f", {-offset} before its start" if offset < 0 else ""
     call = "atomic_add" if kind == "atomic" else kind
     raise OutOfBoundsAccess(
         f"out-of-bounds {kind} in program {tuple(interpreter_builder.grid_idx)}: "
-        f"{int((~inside).sum())} of {active.size} active lanes fall outside the tensors passed "
-        f"to the kernel; the first is element {offset} of `{nearest.name}`, whose memory holds "
-        f"{size} element{'s' if size != 1 else ''}. Guard the access with a mask (e.g. tl.{call}(..., "
-        f"mask=offsets < n_elements)).")
+        f"{int((~inside).sum())} of {active.size} active lanes {where}; the first is element {offset} of "
+        f"`{meant.name}`{before}, whose memory holds {size} element{'s' if size != 1 else ''}. Guard the "
+        f"access with a mask (e.g. tl.{call}(..., mask=offsets < n_elements)).")
 
 
 def _bounds_check(names: list[str], values: list):

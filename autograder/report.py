@@ -1,7 +1,11 @@
 """Verdicts as small dataclasses, and the one renderer that turns them into text."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+CASE_MARK = {True: "✅ passed", False: "❌ failed"}
+"""How a case's verdict begins its line in :meth:`CheckResult.summary`."""
 
 
 @dataclass
@@ -62,17 +66,26 @@ class CheckResult:
         return self.correct and (self.throughput is None or self.throughput.passed)
 
     def summary(self) -> str:
+        """One line per case, its verdict in a mark and a word (fonts without emoji show the word),
+        then why it failed; a failure like an earlier one (the same message but for its numbers:
+        another program, element or value) is named once and then referred to."""
         ok = sum(c.passed for c in self.cases)
         lines = [f"{self.exercise}: correctness {ok}/{len(self.cases)} cases passed (seed {self.seed})"]
-        previous = ""
+        first_seen: dict[str, str] = {}
         for c in self.cases:
-            lines.append(f"  {'✅' if c.passed else '❌'} {c.label}")
-            text = "(same as above)" if c.message and c.message == previous else c.message
-            lines.extend("     " + line for line in text.splitlines())
-            previous = c.message
+            lines.append(f"  {CASE_MARK[c.passed]} {c.label}")
+            if not c.message:
+                continue
+            kind = re.sub(r"\d[\d,.]*", "#", c.message)
+            if kind in first_seen:
+                lines.append(f"     the same failure as {first_seen[kind]}")
+                continue
+            first_seen[kind] = c.label
+            lines.extend("     " + line for line in c.message.splitlines())
         if self.throughput is not None:
-            mark = {"passed": "✅", "failed": "❌"}.get(self.throughput.status, "⚠️")
-            lines.append(f"  {mark} throughput: {self.throughput.message}")
+            status = self.throughput.status
+            mark = {"passed": "✅", "failed": "❌"}.get(status, "⚠️")
+            lines.append(f"  {mark} throughput {status}: {self.throughput.message.removeprefix(status + ': ')}")
         return "\n".join(lines)
 
     __str__ = summary

@@ -237,3 +237,45 @@ def test_guard_zones_find_a_store_past_either_end_and_nothing_else():
         torch.as_strided(x, (1,), (1,), x.storage_offset() - 10 + offset).fill_(7.0)  # as a kernel without a mask would
         message = zones.damage()
         assert message and where in message and "the output (80 float32)" in message and "4 bytes" in message
+
+
+def test_the_summary_says_passed_and_failed_in_words_and_names_a_repeated_failure_once():
+    from autograder.report import CaseResult, CheckResult, ThroughputResult
+    stray = "out-of-bounds store in program ({},): {} of 1024 active lanes fall outside the tensors"
+    result = CheckResult("add", 7, [CaseResult("10 float32", True),
+                                    CaseResult("1025 float32", False, stray.format(1, 1)),
+                                    CaseResult("4097 float32", False, stray.format(4, 1023)),
+                                    CaseResult("7 float16", False, "`add` raised ValueError: no")],
+                         ThroughputResult("not measured", "not measured: needs a GPU"))
+    text = result.summary()
+    assert "✅ passed 10 float32" in text and "❌ failed 1025 float32" in text and "❌ failed 7 float16" in text
+    assert text.count("out-of-bounds store") == 1 and "the same failure as 1025 float32" in text
+    assert "`add` raised ValueError: no" in text
+    assert text.splitlines()[-1] == "  ⚠️ throughput not measured: needs a GPU"
+
+
+@triton.jit
+def _reads_one_ahead(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets + 1, mask=offsets < n), mask=offsets < n)
+
+
+@triton.jit
+def _reads_backwards_too_far(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + n - 9 - offsets), mask=offsets < n)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")
+@pytest.mark.parametrize("kernel, words", [
+    (_reads_one_ahead, "1 of 2 active lanes fall outside `x_ptr`, the tensor its other lanes address; the first is "
+                       "element 10 of `x_ptr`, whose memory holds 10 elements."),
+    (_reads_backwards_too_far, "2 of 2 active lanes address no tensor passed to the kernel (the nearest is `x_ptr`); "
+                               "the first is element -1 of `x_ptr`, 1 before its start, whose memory holds 10")])
+def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_meant_for(kernel, words):
+    from autograder.guards import OutOfBoundsAccess
+    x, out = torch.randn(10), torch.empty(10)
+    with pytest.raises(Exception) as raised:
+        kernel[(5,)](x, out, 10, BLOCK=2)
+    error = raised.value if isinstance(raised.value, OutOfBoundsAccess) else raised.value.__cause__
+    assert isinstance(error, OutOfBoundsAccess) and words in str(error)
