@@ -118,7 +118,14 @@ def judge_output(exercise: Exercise, case: Case, inputs, out: torch.Tensor) -> s
         return f"output shape is {tuple(out.shape)}, expected {tuple(expected.shape)} (the shape of PyTorch's result)."
     if out.dtype != case.dtype:
         return f"output dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
-    return compare(out, expected, *exercise.tolerances[case.dtype])
+    return compare(out, expected, *exercise.tolerances[case.dtype], inputs=_named_inputs(exercise, inputs))
+
+
+def _named_inputs(exercise: Exercise, inputs) -> dict[str, torch.Tensor]:
+    """The inputs a mismatch table can show beside the output, by the function's parameter names:
+    those that broadcast to the output's shape (an elementwise op's operands, a softmax's rows)."""
+    names = re.findall(r"(\w+)\s*:", exercise.signature.split("(", 1)[1].split(")", 1)[0])
+    return {name: t for name, t in zip(names, inputs) if isinstance(t, torch.Tensor)}
 
 
 def _tensors(args) -> list[torch.Tensor]:
@@ -178,8 +185,11 @@ def _not_a_fresh_tensor(exercise: Exercise, out, given, earlier) -> str | None:
     return None
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> str | None:
-    """None when ``out`` matches ``ref`` within tolerance, else a short mismatch table."""
+def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
+            inputs: dict[str, torch.Tensor] | None = None) -> str | None:
+    """None when ``out`` matches ``ref`` within tolerance, else a short mismatch table, with the
+    values of ``inputs`` (by name) at the same index where they broadcast to ``out``'s shape, so
+    that a sign error or a swapped operand shows."""
     got, want = out.detach().double().cpu(), ref.detach().double().cpu()
     close = torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     if bool(close.all()):
@@ -194,9 +204,17 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> s
     if nan_new or inf_new:
         lines.append(f"your output has {nan_new} NaN and {inf_new} Inf where the reference has none"
                      + (" (NaN also marks elements your kernel never wrote)" if nan_new else ""))
-    lines.append(f"{'index':>14}  {'yours':>12}  {'expected':>12}")
+    beside = {}
+    for name, t in (inputs or {}).items():
+        try:
+            beside[name] = torch.broadcast_to(t.detach().cpu(), got.shape)
+        except RuntimeError:  # another shape (a matmul's operands): nothing to show at the index
+            continue
+    lines.append(f"{'index':>14}" + "".join(f"  {name:>12}" for name in beside) + f"  {'yours':>12}  {'expected':>12}")
     for idx in bad[:SHOWN_MISMATCHES].tolist():
-        lines.append(f"{str(tuple(idx)):>14}  {got[tuple(idx)].item():>12.6g}  {want[tuple(idx)].item():>12.6g}")
+        at = tuple(idx)
+        lines.append(f"{str(at):>14}" + "".join(f"  {t[at].item():>12.6g}" for t in beside.values())
+                     + f"  {got[at].item():>12.6g}  {want[at].item():>12.6g}")
     return "\n".join(lines)
 
 

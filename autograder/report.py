@@ -5,6 +5,8 @@ import re
 from dataclasses import dataclass, field
 
 CASE_MARK = {True: "✅ passed", False: "❌ failed"}
+NUMBER = re.compile(r"[-+]?(?:\d[\d,.]*(?:e[-+]?\d+)?|inf|nan)")
+"""What two failures of one kind differ in: program ids, elements, counts, values."""
 """How a case's verdict begins its line in :meth:`CheckResult.summary`."""
 
 
@@ -76,7 +78,7 @@ class CheckResult:
             lines.append(f"  {CASE_MARK[c.passed]} {c.label}")
             if not c.message:
                 continue
-            kind = re.sub(r"\d[\d,.]*", "#", c.message)
+            kind = " ".join(NUMBER.sub("#", c.message).split())
             if kind in first_seen:
                 lines.append(f"     the same failure as {first_seen[kind]}")
                 continue

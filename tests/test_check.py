@@ -279,3 +279,12 @@ def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_meant_for(kern
         kernel[(5,)](x, out, 10, BLOCK=2)
     error = raised.value if isinstance(raised.value, OutOfBoundsAccess) else raised.value.__cause__
     assert isinstance(error, OutOfBoundsAccess) and words in str(error)
+
+
+def test_a_mismatch_shows_the_inputs_at_the_index_beside_the_values():
+    from autograder.correctness import compare
+    x, y = torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([10.0, 20.0])
+    table = compare(x - y, x + y, 1e-6, 1e-6, inputs={"x": x, "y": y, "w": torch.ones(3, 3)})
+    header, first = table.splitlines()[1:3]
+    assert header.split() == ["index", "x", "y", "yours", "expected"]  # w does not broadcast: left out
+    assert first.split() == ["(0,", "0)", "1", "10", "-9", "11"]
