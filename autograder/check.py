@@ -1,6 +1,7 @@
 """The two entry points: ``check`` for a student's self-check, ``grade`` for nbgrader cells."""
 from __future__ import annotations
 
+import math
 import os
 import secrets
 
@@ -31,7 +32,9 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
     result = CheckResult(spec.name, seed, run_cases(spec, call, spec.cases(cases, where.device), seed, where.device))
     if measure_throughput and spec.throughput is not None:
         if not where.has_gpu:
-            result.throughput = throughput.not_measured()
+            largest = max(spec.cases(cases, where.device), key=lambda case: math.prod(case.shape))
+            result.throughput = throughput.not_measured(
+                throughput.traffic_note(spec, fn, seed, largest) if result.correct else "")
         elif not result.correct:
             result.throughput = ThroughputResult("not measured", "not measured: fix correctness first.")
         else:

@@ -316,12 +316,14 @@ def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
         f"access with a mask (e.g. tl.{call}(..., mask=offsets < n_elements)).")
 
 
-def _bounds_check(names: list[str], values: list):
+def bounds_check(names: list[str], values: list):
+    """The default watcher of interpreted launches (below): each access checked against the
+    storages of the launch's tensor arguments."""
     regions = _tensor_regions(names, values)
     return values, (partial(_check_addresses, regions) if regions else None)
 
 
-_on_launch = _bounds_check
+_on_launch = bounds_check
 """Sees each interpreted launch: called with its argument names and host values, it returns
 the values the kernel runs with and the function that sees each access, or None."""
 _on_access = None

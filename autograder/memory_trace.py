@@ -268,6 +268,28 @@ def trace(kernel, grid, *args, **meta) -> Trace:
                  recorder.accesses)
 
 
+def bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
+    """Call ``fn`` (which launches kernels, in the interpreter) and count the bytes all its
+    launches loaded and stored, lane by lane, masked-off lanes not counted: its result and that
+    count. Unlike :func:`trace` it runs on the real arguments, with the bounds check on."""
+    total = 0
+
+    def on_launch(names, values):
+        values, check = guards.bounds_check(names, values)
+
+        def counted(kind, ptrs, mask):
+            nonlocal total
+            width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
+            lanes = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data))
+            total += int(lanes.sum()) * width * (2 if kind == "atomic" else 1)
+            return check(kind, ptrs, mask) if check else (ptrs, mask)
+        return values, counted
+
+    with guards.interpreter_launches(on_launch):
+        out = fn(*args, **kwargs)
+    return out, total
+
+
 class _Recorder:
     """Gives the launch's tensor arguments their windows and records each access, dropping
     the lanes outside their argument's storage."""

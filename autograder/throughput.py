@@ -25,9 +25,32 @@ def cpu_policy() -> str:
     return policy
 
 
-def not_measured() -> ThroughputResult:
+def not_measured(traffic: str = "") -> ThroughputResult:
     return ThroughputResult("not measured", "not measured: needs a GPU (kernels ran in Triton's "
-                            "interpreter, whose speed says nothing about a GPU's).")
+                            "interpreter, whose speed says nothing about a GPU's)." + traffic)
+
+
+def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
+    """For a memory-bound exercise, in the interpreter: the bytes ``fn``'s kernels moved on
+    ``case`` against the fewest the operation must move, and what that ratio would cost on a
+    GPU (where such a kernel's time is its bytes over the memory bandwidth)."""
+    from .memory_trace import bytes_moved, format_bytes
+
+    if exercise.throughput is None or exercise.throughput.bytes_moved is None:
+        return ""
+    inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), "cpu")
+    try:
+        out, moved = bytes_moved(fn, *inputs)
+    except Exception:  # it passed its cases; a failure here is not this note's to report
+        return ""
+    fewest = exercise.throughput.bytes_moved(inputs, out)
+    if not moved or not fewest:
+        return ""
+    ratio = moved / fewest
+    verdict = ("each byte once, as a fast kernel does" if ratio < 1.05 else
+               f"so on a GPU it would run at most {1 / ratio:.0%} as fast as a kernel that moves each byte once")
+    return (f" On {case.label}, your kernels moved {format_bytes(moved)} where the operation needs "
+            f"{format_bytes(fewest)}: {ratio:.2f}x, {verdict}.")
 
 
 def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:

@@ -288,3 +288,26 @@ def test_a_mismatch_shows_the_inputs_at_the_index_beside_the_values():
     header, first = table.splitlines()[1:3]
     assert header.split() == ["index", "x", "y", "yours", "expected"]  # w does not broadcast: left out
     assert first.split() == ["(0,", "0)", "1", "10", "-9", "11"]
+
+
+@triton.jit
+def _add_reading_x_twice(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, TWICE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    if TWICE:  # a second, useless read of x: 4 bytes moved per 3 needed
+        x = (x + tl.load(x_ptr + offsets, mask=mask)) * 0.5
+    tl.store(out_ptr + offsets, x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's traffic count (no GPU)")
+@pytest.mark.parametrize("twice, words", [(False, "1.00x, each byte once"),
+                                          (True, "1.33x, so on a GPU it would run at most 75% as fast")])
+def test_without_a_gpu_the_throughput_line_counts_the_bytes_the_kernels_moved(twice, words):
+    def add(x, y):
+        out = torch.empty_like(x)
+        _add_reading_x_twice[(triton.cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256, TWICE=twice)
+        return out
+
+    message = check("vector_add", add, verbose=False).throughput.message
+    assert message.startswith("not measured: needs a GPU") and words in message
