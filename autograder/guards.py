@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import _thread
+import os
 import sys
 import threading
 import time
@@ -38,7 +39,22 @@ class KernelTimeout(TimeoutError):
 
 
 class OutOfBoundsAccess(IndexError):
-    """A kernel run by the interpreter loaded or stored outside every tensor it was given."""
+    """A kernel run by the interpreter loaded or stored outside every tensor it was given. It
+    reaches the caller itself, not wrapped in Triton's ``InterpreterError``, and a notebook shows
+    it in two lines: the sentence, then the kernel's line that made the access."""
+
+    def _render_traceback_(self):  # IPython prints this instead of ~50 lines of interpreter frames
+        return [f"OutOfBoundsAccess: {self}", *self.kernel_line()]
+
+    def kernel_line(self) -> list[str]:
+        """``  in kernel, line N: source`` for the innermost frame outside Triton and the course."""
+        import traceback
+
+        ours = [f for f in traceback.extract_tb(self.__traceback__)
+                if f"{os.sep}triton{os.sep}" not in f.filename and f"{os.sep}autograder{os.sep}" not in f.filename]
+        if not ours:
+            return []
+        return [f"  in {ours[-1].name}, line {ours[-1].lineno}" + (f": {ours[-1].line}" if ours[-1].line else "")]
 
 
 @dataclass
@@ -366,6 +382,10 @@ def install_interpreter_hooks() -> None:
         previous = _on_access
         try:
             return original_call(self, *args_dev, **kwargs)
+        except Exception as error:
+            if isinstance(error.__cause__, OutOfBoundsAccess) and not isinstance(error, OutOfBoundsAccess):
+                raise error.__cause__ from None  # the finding itself, not Triton's wrapper
+            raise
         finally:
             _on_access = previous
 
