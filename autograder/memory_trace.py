@@ -268,7 +268,7 @@ def trace(kernel, grid, *args, **meta) -> Trace:
                  recorder.accesses)
 
 
-def bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
+def count_bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
     """Call ``fn`` (which launches kernels, in the interpreter) and count the bytes all its
     launches loaded and stored, lane by lane, masked-off lanes not counted: its result and that
     count. Unlike :func:`trace` it runs on the real arguments, with the bounds check on."""

@@ -80,7 +80,7 @@ class CheckResult:
                 continue
             kind = " ".join(NUMBER.sub("#", c.message).split())
             if kind in first_seen:
-                lines.append(f"     the same failure as {first_seen[kind]}")
+                lines.append(f"     the same failure as the {first_seen[kind]} case above")
                 continue
             first_seen[kind] = c.label
             lines.extend("     " + line for line in c.message.splitlines())

@@ -34,13 +34,13 @@ def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
     """For a memory-bound exercise, in the interpreter: the bytes ``fn``'s kernels moved on
     ``case`` against the fewest the operation must move, and what that ratio would cost on a
     GPU (where such a kernel's time is its bytes over the memory bandwidth)."""
-    from .memory_trace import bytes_moved, format_bytes
+    from .memory_trace import count_bytes_moved, format_bytes
 
     if exercise.throughput is None or exercise.throughput.bytes_moved is None:
         return ""
     inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), "cpu")
     try:
-        out, moved = bytes_moved(fn, *inputs)
+        out, moved = count_bytes_moved(fn, *inputs)
     except Exception:  # it passed its cases; a failure here is not this note's to report
         return ""
     fewest = exercise.throughput.bytes_moved(inputs, out)
