@@ -41,6 +41,9 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
             result.throughput = throughput.measure(spec, fn, seed)
     if verbose:
         print(result.summary())
+        if call.stray is not None:
+            from .memory_trace import show_out_of_bounds
+            show_out_of_bounds(call.stray)
     return result
 
 

@@ -1,6 +1,7 @@
 """Correctness against the PyTorch reference, with failures a student can act on."""
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import traceback
@@ -63,9 +64,21 @@ class InProcess:
 
     ended = None
     """Never set: a crash here ends the notebook's kernel, not one case."""
+    stray: OutOfBoundsAccess | None = None
+    """The first out-of-bounds access a case made, with its launch (``check`` draws its trace)."""
 
     def __init__(self, exercise: Exercise, fn, device: str):
-        self.exercise, self.fn, self.device, self.earlier = exercise, fn, device, []
+        self.exercise, self.device, self.earlier = exercise, device, []
+        self.fn = functools.wraps(fn)(self._keeping_stray(fn)) if callable(fn) else fn
+
+    def _keeping_stray(self, fn):
+        def call(*args):
+            try:
+                return fn(*args)
+            except OutOfBoundsAccess as error:
+                self.stray = self.stray or error
+                raise
+        return call
 
     def __call__(self, inputs, label: str):
         zones = GuardZones() if self.device == "cuda" else None

@@ -43,18 +43,33 @@ class OutOfBoundsAccess(IndexError):
     reaches the caller itself, not wrapped in Triton's ``InterpreterError``, and a notebook shows
     it in two lines: the sentence, then the kernel's line that made the access."""
 
+    program: tuple[int, int, int] | None = None
+    """The program that made the access."""
+    launch: tuple | None = None
+    """``(kernel, grid, args, kwargs)`` of the launch it happened in, to trace it again."""
+
     def _render_traceback_(self):  # IPython prints this instead of ~50 lines of interpreter frames
-        return [f"OutOfBoundsAccess: {self}", *self.kernel_line()]
+        return [f"OutOfBoundsAccess: {self}", *kernel_line(self.__traceback__)]
 
-    def kernel_line(self) -> list[str]:
-        """``  in kernel, line N: source`` for the innermost frame outside Triton and the course."""
-        import traceback
 
-        ours = [f for f in traceback.extract_tb(self.__traceback__)
-                if f"{os.sep}triton{os.sep}" not in f.filename and f"{os.sep}autograder{os.sep}" not in f.filename]
-        if not ours:
-            return []
-        return [f"  in {ours[-1].name}, line {ours[-1].lineno}" + (f": {ours[-1].line}" if ours[-1].line else "")]
+def kernel_line(tb) -> list[str]:
+    """``  in kernel, line N: source`` for the innermost frame of ``tb`` outside Triton and the course."""
+    import traceback
+
+    ours = [f for f in traceback.extract_tb(tb)
+            if f"{os.sep}triton{os.sep}" not in f.filename and f"{os.sep}autograder{os.sep}" not in f.filename]
+    if not ours:
+        return []
+    return [f"  in {ours[-1].name}, line {ours[-1].lineno}" + (f": {ours[-1].line}" if ours[-1].line else "")]
+
+
+def shorten(error: Exception) -> None:
+    """Give Triton's ``InterpreterError`` a two-line form for IPython: what went wrong in the
+    kernel, then the kernel's line (the type stays, so code that catches it still does)."""
+    cause = error.__cause__
+    if cause is not None and not hasattr(error, "_render_traceback_"):
+        error._render_traceback_ = lambda: [f"{type(cause).__name__} in the kernel: {cause}",
+                                            *kernel_line(cause.__traceback__)]
 
 
 @dataclass
@@ -325,11 +340,13 @@ def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
     size = (meant.end - meant.start) // meant.itemsize
     before = f", {-offset} before its start" if offset < 0 else ""
     call = "atomic_add" if kind == "atomic" else kind
-    raise OutOfBoundsAccess(
+    error = OutOfBoundsAccess(
         f"out-of-bounds {kind} in program {tuple(interpreter_builder.grid_idx)}: "
         f"{int((~inside).sum())} of {active.size} active lanes {where}; the first is element {offset} of "
         f"`{meant.name}`{before}, whose memory holds {size} element{'s' if size != 1 else ''}. Guard the "
         f"access with a mask (e.g. tl.{call}(..., mask=offsets < n_elements)).")
+    error.program = tuple(int(i) for i in interpreter_builder.grid_idx)
+    raise error
 
 
 def bounds_check(names: list[str], values: list):
@@ -364,6 +381,7 @@ def install_interpreter_hooks() -> None:
     interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory."""
     import triton.language as tl
     from triton.runtime import interpreter
+    from triton.runtime.errors import InterpreterError
 
     if getattr(interpreter, "_course_hooks", False):
         return
@@ -383,8 +401,13 @@ def install_interpreter_hooks() -> None:
         try:
             return original_call(self, *args_dev, **kwargs)
         except Exception as error:
-            if isinstance(error.__cause__, OutOfBoundsAccess) and not isinstance(error, OutOfBoundsAccess):
-                raise error.__cause__ from None  # the finding itself, not Triton's wrapper
+            stray = error if isinstance(error, OutOfBoundsAccess) else error.__cause__
+            if isinstance(stray, OutOfBoundsAccess) and stray.launch is None:
+                stray.launch = (interpreter.InterpretedFunction(self.fn), self.grid, args_dev, kwargs)
+            if stray is not error and isinstance(stray, OutOfBoundsAccess):
+                raise stray from None  # the finding itself, not Triton's wrapper
+            if isinstance(error, InterpreterError):
+                shorten(error)
             raise
         finally:
             _on_access = previous

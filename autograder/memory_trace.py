@@ -268,6 +268,30 @@ def trace(kernel, grid, *args, **meta) -> Trace:
                  recorder.accesses)
 
 
+def out_of_bounds_trace(error: guards.OutOfBoundsAccess) -> Trace | None:
+    """The trace of the launch in which ``error`` happened (None if it kept no launch)."""
+    if error.launch is None:
+        return None
+    kernel, grid, args, kwargs = error.launch
+    return trace(kernel, grid, *args, **kwargs)
+
+
+def _in_ipython() -> bool:
+    from IPython import get_ipython
+
+    return get_ipython() is not None
+
+
+def show_out_of_bounds(error: guards.OutOfBoundsAccess) -> None:
+    """In a notebook, below a failed check: the trace of the launch that strayed, the program
+    that made the access highlighted. Nothing outside IPython (a script, a grader's log)."""
+    if not _in_ipython() or (stray := out_of_bounds_trace(error)) is None:
+        return
+    print(f"The launch that strayed, traced: program {error.program} is highlighted, its lanes that fell "
+          f"outside a tensor are red ({stray.out_of_bounds} such lanes in the whole launch).")
+    stray.show(program=error.program)
+
+
 def count_bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
     """Call ``fn`` (which launches kernels, in the interpreter) and count the bytes all its
     launches loaded and stored, lane by lane, masked-off lanes not counted: its result and that

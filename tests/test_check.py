@@ -289,6 +289,46 @@ def test_a_notebook_shows_an_out_of_bounds_access_as_the_sentence_and_the_kernel
     assert where.startswith("  in _reads_one_ahead, line ") and "tl.load(x_ptr + offsets + 1" in where
 
 
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check and trace")
+def test_in_a_notebook_a_stray_access_is_drawn_below_the_check(monkeypatch):
+    import IPython.display
+    from autograder import memory_trace
+    from autograder.guards import OutOfBoundsAccess
+    shown = []
+    monkeypatch.setattr(memory_trace, "_in_ipython", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+
+    def add(x, y):
+        out = torch.empty_like(x)
+        _reads_one_ahead[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+        return out + y
+
+    check("vector_add", add, verbose=True)
+    image, = shown  # one picture for the check, however many cases strayed
+    assert image.data.startswith(b"\x89PNG")
+    with pytest.raises(OutOfBoundsAccess) as raised:
+        add(torch.randn(100), torch.randn(100))
+    stray = memory_trace.out_of_bounds_trace(raised.value)
+    assert raised.value.program == (1, 0, 0) and stray.kernel == "_reads_one_ahead"
+    assert stray.out_of_bounds == 1  # the last lane of program 1 reads x[100]
+
+@triton.jit
+def _adds_mismatched_shapes(x_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offsets, tl.load(x_ptr + offsets) + tl.zeros([BLOCK // 2], tl.float32))
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's errors")
+def test_a_notebook_shows_any_error_inside_an_interpreted_kernel_in_two_lines():
+    from triton.runtime.errors import InterpreterError
+    with pytest.raises(InterpreterError) as raised:  # the type stays: code that catches it still does
+        _adds_mismatched_shapes[(1,)](torch.zeros(8), BLOCK=8)
+    first, where = raised.value._render_traceback_()
+    assert first == "ValueError in the kernel: Cannot make_shape_compatible: incompatible dimensions at index 0: 8 and 4"
+    assert where.startswith("  in _adds_mismatched_shapes, line ") and "tl.zeros([BLOCK // 2]" in where
+
 def test_a_mismatch_shows_the_inputs_at_the_index_beside_the_values():
     from autograder.correctness import compare
     x, y = torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([10.0, 20.0])
