@@ -3,8 +3,11 @@
     triton-course grade ASSIGNMENT [...]   autograde a class (autograder.grade_class)
     triton-course bench [...]              the GPU benchmark (autograder.bench)
     triton-course sync [--check]           regenerate every generated notebook cell, then the
-                                           student versions (--check: report drift, change nothing)
+                                           student versions and the guide's settings table
+                                           (--check: report drift, change nothing)
     triton-course distribute DEST          write the students' copy (autograder.distribution)
+    triton-course new psN_name "Title"     start a problem set from templates/problem_set/, then
+                                           print what is left by hand (autograder.scaffold)
 
 ``triton-course COMMAND --help`` shows a command's options; each is also ``python -m`` its module.
 """
@@ -14,17 +17,19 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = {"grade": "autograder.grade_class", "bench": "autograder.bench", "distribute": "autograder.distribution"}
+COMMANDS = {"grade": "autograder.grade_class", "bench": "autograder.bench", "distribute": "autograder.distribution",
+            "new": "autograder.scaffold"}
 
 
 def sync(argv: list[str]) -> int:
     """The graded cells and rubrics from the declarations, then the student versions from the
-    source notebooks: in that order, since the second reads what the first writes."""
+    source notebooks (in that order: the second reads what the first writes), then the guide's
+    table of settings."""
     parser = argparse.ArgumentParser(prog="triton-course sync", description=sync.__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report drift, change nothing")
     check = ["--check"] if parser.parse_args(argv).check else []
-    from . import notebook_sync, student_versions
-    return max(notebook_sync.main(check), student_versions.main(check))
+    from . import notebook_sync, settings, student_versions
+    return max(notebook_sync.main(check), student_versions.main(check), settings.main(check))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "sync":
         return sync(rest)
     if command not in COMMANDS:
-        print(f"triton-course: no command {command!r}; the commands are grade, bench, sync and distribute "
+        print(f"triton-course: no command {command!r}; the commands are {', '.join(['sync', *COMMANDS])} "
               "(triton-course --help)", file=sys.stderr)
         return 2
     sys.argv[0] = f"triton-course {command}"  # what the command's --help calls it

@@ -8,8 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-ENV_VAR = "TRITON_COURSE_DEVICE"
-"""Force the choice: ``gpu`` or ``cpu``; unset or ``auto`` picks the GPU when there is one."""
+from . import settings
 
 
 @dataclass(frozen=True)
@@ -69,18 +68,16 @@ def current() -> DeviceChoice:
 def _choose() -> DeviceChoice:
     import torch
 
-    wanted = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if wanted not in ("auto", "gpu", "cpu"):
-        raise ValueError(f"{ENV_VAR}={wanted!r}: use 'gpu', 'cpu' or leave it unset.")
+    wanted, var = settings.DEVICE.get(), settings.DEVICE.name
     if os.environ.get("TRITON_INTERPRET") == "1" and wanted == "auto":
         wanted = "cpu"  # the user already asked Triton for its interpreter
     gpu = torch.cuda.is_available()
     if wanted == "gpu" and not gpu:
-        raise RuntimeError(f"{ENV_VAR}=gpu, but PyTorch sees no CUDA GPU "
-                           f"(torch {torch.__version__}). Unset {ENV_VAR} to run on the CPU.")
+        raise RuntimeError(f"{var}=gpu, but PyTorch sees no CUDA GPU "
+                           f"(torch {torch.__version__}). Unset {var} to run on the CPU.")
     if gpu and wanted != "cpu":
         if os.environ.get("TRITON_INTERPRET") == "1":
-            raise RuntimeError(f"TRITON_INTERPRET=1 is set but {ENV_VAR}=gpu: unset one of them.")
+            raise RuntimeError(f"TRITON_INTERPRET=1 is set but {var}=gpu: unset one of them.")
         return DeviceChoice("cuda", False, torch.cuda.get_device_name())
     _check_interpreter_versions()
     os.environ["TRITON_INTERPRET"] = "1"

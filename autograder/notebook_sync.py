@@ -10,10 +10,15 @@ Cells carry ``metadata.course.role``:
 - ``rubric``: the exercise's points and threshold, from :mod:`autograder.exercises`;
 - ``test``: the nbgrader test cell of one graded ``part``, with its points.
 
+Figures measured on a GPU are marked in Markdown, ``<!--fig:NAME-->4,027 GB/s<!--/fig-->``, and
+rewritten from the record (:mod:`autograder.figures`) in every notebook, in README.md and
+docs/*.md, and in the translations.
+
 Chinese lessons, ``notebooks/zh/NN_name.ipynb``, are generated whole from the English
 ``notebooks/NN_name.ipynb`` and ``notebooks/zh/translations/NN_name.yaml``, which maps each
 hand-written Markdown cell's id to ``{en: <digest of the English source>, zh: <Chinese>}``; a
-translation whose English has changed since is reported as stale.
+translation whose English has changed since is reported as stale (a figure's new value is no
+change: the digest blanks them).
 
 ``python -m autograder.notebook_sync`` rewrites them; ``--check`` only reports (the tests use it).
 """
@@ -28,7 +33,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from . import exercises
+from . import exercises, figures
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIRS = ("notebooks", "source")
@@ -127,8 +132,8 @@ def expected_source(cell, path: Path) -> str | None:
 
 
 def source_digest(text: str) -> str:
-    """What a translation records of the English it was made from."""
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
+    """What a translation records of the English it was made from, its figures blanked."""
+    return hashlib.sha1(figures.blank(text).encode()).hexdigest()[:12]
 
 
 def translated(english: Path) -> nbformat.NotebookNode:
@@ -171,13 +176,18 @@ def sync(path: Path, write: bool = True) -> list[str]:
 
 
 def _fill_generated(nb, path: Path) -> list[str]:
-    """Write every generated cell, the test cells' points, and clear outputs; say what changed."""
+    """Write every generated cell, the marked figures, the test cells' points, and clear outputs;
+    say what changed."""
     name, changes = path.relative_to(ROOT), []
     for i, cell in enumerate(nb.cells):
         want = expected_source(cell, path)
         if want is not None and cell.source != want:
             changes.append(f"{name} cell {i} ({cell.metadata['course']['role']})")
             cell.source = want
+        filled = figures.fill(cell.source, where=f"{name} cell {i}") if cell.cell_type == "markdown" else cell.source
+        if filled != cell.source:
+            changes.append(f"{name} cell {i} (figures)")
+            cell.source = filled
         meta = cell.metadata.get("course", {})
         if meta.get("role") == "test":
             points = exercises.get(meta["exercise"]).points[meta["part"]]
@@ -188,6 +198,22 @@ def _fill_generated(nb, path: Path) -> list[str]:
             changes.append(f"{name} cell {i} (outputs)")
             cell.outputs, cell.execution_count = [], None
     return changes
+
+
+def text_files() -> list[Path]:
+    """The files besides notebooks that quote figures: README, the guides, the translations."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(TRANSLATIONS.glob("*.yaml"))]
+
+
+def sync_text(path: Path, write: bool = True) -> list[str]:
+    """Rewrite the marked figures of one text file; return what was (or would be) changed."""
+    name = path.relative_to(ROOT)
+    text = path.read_text()
+    if text == (want := figures.fill(text, where=str(name))):
+        return []
+    if write:
+        path.write_text(want)
+    return [f"{name} (figures)"]
 
 
 def all_notebooks() -> list[Path]:
@@ -214,6 +240,7 @@ def main(argv=None) -> int:
     if not args.check and not args.notebooks:
         create_missing_translations()
     changes = [c for p in args.notebooks or all_notebooks() for c in sync(p, write=not args.check)]
+    changes += [] if args.notebooks else [c for p in text_files() for c in sync_text(p, write=not args.check)]
     for c in changes:
         print(("drifted: " if args.check else "updated: ") + c)
     return 1 if (changes and args.check) else 0

@@ -7,12 +7,10 @@ grading and knows nothing about widgets.
 """
 from __future__ import annotations
 
-import getpass
 import hashlib
 import html
 import importlib.util
 import json
-import os
 import random
 import re
 from dataclasses import dataclass
@@ -22,7 +20,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-LANGUAGES = ("en", "zh")
+from . import settings
+from .settings import LANGUAGES
 QUIZ_DIR = Path(__file__).with_name("quizzes")
 QUIZ_FILE = QUIZ_DIR / "seed.yaml"
 """The seed lesson's quiz and case study; lessons beyond the seed add ``<topic>.yaml`` files."""
@@ -51,30 +50,26 @@ _LABELS = {
     },
 }
 
-STUDENT_VAR = "TRITON_COURSE_STUDENT"
-"""Whose option order the quizzes show: the login name (a JupyterHub user's) unless this is set."""
+STUDENT_VAR = settings.STUDENT.name
 
 _language: str | None = None
 """Set by :func:`set_language`; None until then, so TRITON_COURSE_LANG decides."""
 
 
-def _checked_language(lang: str, source: str) -> str:
-    if lang not in LANGUAGES:
-        raise ValueError(f"unknown language {lang!r} {source}; choose one of: {', '.join(LANGUAGES)}")
-    return lang
-
-
 def set_language(lang: str) -> None:
     """Use ``lang`` ("en" or "zh") for everything shown from now on."""
     global _language
-    _language = _checked_language(lang, "passed to set_language()")
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown language {lang!r} passed to set_language(); "
+                         f"choose one of: {', '.join(LANGUAGES)}")
+    _language = lang
 
 
 def get_language() -> str:
     """The language in use: the last :func:`set_language`, else $TRITON_COURSE_LANG, else "en"."""
     if _language is not None:
         return _language
-    return _checked_language(os.environ.get("TRITON_COURSE_LANG", "en"), "in $TRITON_COURSE_LANG")
+    return settings.LANG.get()
 
 
 def validate(data: object, source: str = QUIZ_FILE.name) -> None:
@@ -134,7 +129,7 @@ def shown_order(question_id: str, count: int) -> tuple[int, ...]:
     """The order this student sees the options of ``question_id`` in, as indices into the stored
     options: shuffled by the student's name and the question, so the same on every run and
     different between students (all five of the seed's right answers are its second option)."""
-    student = os.environ.get(STUDENT_VAR) or getpass.getuser()
+    student = settings.STUDENT.get()
     seed = int.from_bytes(hashlib.sha256(f"{student}/{question_id}".encode()).digest()[:8], "big")
     order = list(range(count))
     random.Random(seed).shuffle(order)

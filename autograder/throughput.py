@@ -1,28 +1,18 @@
 """The throughput verdict for an exercise: GPU only, never a silent pass on the CPU."""
 from __future__ import annotations
 
-import os
-
 import torch
 
-from . import timing
+from . import settings, timing
 from .correctness import compare
 from .report import ThroughputResult
 from .spec import Exercise, Throughput
 
-CPU_POLICY_VAR = "TRITON_COURSE_CPU_THROUGHPUT"
-"""What grading does without a GPU: ``fail`` (default: 0 points) or ``award`` (full points)."""
+CPU_POLICY_VAR = settings.CPU_THROUGHPUT.name
 INPUT_SETS = 3
 SUSPICIOUS_PEAK_FRACTION = 1.25
 """A result this far above the device's measured ceiling is implausible. Not 1.0: a kernel that
 mostly reads (vector add: 2 reads per write) can beat a copy's 1:1 mix by a few percent."""
-
-
-def cpu_policy() -> str:
-    policy = os.environ.get(CPU_POLICY_VAR, "fail").strip().lower()
-    if policy not in ("fail", "award"):
-        raise ValueError(f"{CPU_POLICY_VAR}={policy!r}: use 'fail' or 'award'.")
-    return policy
 
 
 def not_measured(traffic: str = "") -> ThroughputResult:

@@ -4,19 +4,22 @@
 #   bash scripts/gpu_run.sh bench [--only NAME,...]   the benchmark (autograder.bench)
 #   bash scripts/gpu_run.sh tests [PYTEST ARGS]       the GPU tests and notebooks (default: all)
 #   bash scripts/gpu_run.sh class [PYTEST ARGS]       classes graded by grade_class (tests/test_class_on_gpu.py)
+#   bash scripts/gpu_run.sh traffic                   the trace's byte counts against the card's times
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh bench|tests [args]"}; shift
+stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic [args]"}; shift
 out=${OUT:-results/gpu}
 mkdir -p "$out"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+if compgen -G ".whl/*.whl" >/dev/null; then  # once per machine: later stages reuse /tmp/site
+  [ -e /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site .whl/*.whl && touch /tmp/site/.installed; } || exit 1
   export PYTHONPATH=/tmp/site PATH="/tmp/site/bin:$PATH"  # nbgrader runs `alembic`
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Compiled kernels persist between calls while the machine stays warm (the folder is ignored).
-export TRITON_CACHE_DIR="$PWD/.cache/triton" COURSE_NOTEBOOK_OUTPUTS="$out/notebook-outputs.txt"
+# The lessons' outputs and figures (autograder.figures) go to one file; absolute, since a
+# notebook's kernel runs in the notebook's folder.
+export TRITON_CACHE_DIR="$PWD/.cache/triton" TRITON_COURSE_NOTEBOOK_OUTPUTS="$(realpath "$out")/notebook-outputs.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv > "$out/nvidia-smi.csv"
 case $stage in
   bench) python3 -m autograder.bench --out "$out" "$@" 2>&1 | tee "$out/bench.log" ;;
@@ -29,9 +32,12 @@ case $stage in
            --ignore=tests/test_colab_like.py --ignore=tests/test_environment.py \
            --ignore=tests/test_triton_floor.py --ignore=tests/test_class_robustness.py \
            --ignore=tests/test_class_workers.py --ignore=tests/test_class_on_gpu.py \
+           --ignore=tests/test_traffic_on_gpu.py \
            "${@:-tests}" 2>&1 | tee "$out/pytest.log" | grep -v " PASSED" ;;
   # One worker per GPU; -k picks problem sets (a call lasts 10 minutes at most).
   class) COURSE_CLASS_RESULTS="$out/class-grading.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
            -p no:warnings tests/test_class_on_gpu.py "$@" 2>&1 | tee "$out/pytest-class.log" ;;
-  *) echo "unknown stage $stage: use bench, tests or class" >&2; exit 2 ;;
+  traffic) COURSE_TRAFFIC_RESULTS="$out/traffic-vs-time.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
+           -p no:warnings tests/test_traffic_on_gpu.py "$@" 2>&1 | tee "$out/pytest-traffic.log" ;;
+  *) echo "unknown stage $stage: use bench, tests, class or traffic" >&2; exit 2 ;;
 esac

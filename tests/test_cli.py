@@ -35,12 +35,13 @@ def test_sync_check_passes_on_the_repository():
     assert cli.main(["sync", "--check"]) == 0
 
 
-def test_sync_writes_the_source_notebooks_before_the_student_versions_and_fails_when_either_fails(monkeypatch):
-    from autograder import notebook_sync, student_versions
+def test_sync_writes_the_source_notebooks_before_the_student_versions_and_fails_when_any_fails(monkeypatch):
+    from autograder import notebook_sync, settings, student_versions
     calls = []
     monkeypatch.setattr(notebook_sync, "main", lambda argv: calls.append(("notebooks", argv)) or 1)
     monkeypatch.setattr(student_versions, "main", lambda argv: calls.append(("students", argv)) or 0)
+    monkeypatch.setattr(settings, "main", lambda argv: calls.append(("settings", argv)) or 0)
     assert cli.main(["sync", "--check"]) == 1
-    assert calls == [("notebooks", ["--check"]), ("students", ["--check"])]
+    assert calls == [("notebooks", ["--check"]), ("students", ["--check"]), ("settings", ["--check"])]
     calls.clear()
-    assert cli.main(["sync"]) == 1 and calls == [("notebooks", []), ("students", [])]
+    assert cli.main(["sync"]) == 1 and calls == [("notebooks", []), ("students", []), ("settings", [])]

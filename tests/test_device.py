@@ -58,7 +58,7 @@ def test_forcing_the_gpu_without_one_says_so():
 
 def test_a_misspelt_choice_is_refused():
     done = run("import autograder; autograder.setup_device()", TRITON_COURSE_DEVICE="gpuu")
-    assert "use 'gpu', 'cpu' or leave it unset" in done.stderr
+    assert "TRITON_COURSE_DEVICE='gpuu': use one of auto, gpu, cpu; unset means auto." in done.stderr
 
 
 def test_the_broken_interpreter_pair_is_refused_with_the_fix(monkeypatch):

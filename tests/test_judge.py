@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from autograder import exercises
 from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
@@ -432,7 +433,6 @@ def matmul(a, b):
     ("matmul", MATMUL_IN_NUMPY, "took data out of PyTorch for the host to compute with"),
 ])
 def test_results_computed_elsewhere_and_copied_out_by_a_kernel_fail(graded_here, exercise, answer, words):
-    from autograder import exercises
     spec = exercises.get(exercise)
     write_notebook(graded_here, answer, name=exercise)
     result = isolated(spec)
@@ -560,12 +560,10 @@ def test_a_store_past_the_end_fails_on_a_gpu(graded_here):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ps1_broadcast_add", "ps2_softmax_backward", "ps3_cross_entropy",
-                                  "ps4_linear_silu", "ps5_varlen_attention"])
+@pytest.mark.parametrize("name", sorted(exercises.ASSIGNMENTS))
 def test_every_reference_earns_full_marks_from_the_judge(graded_here, name):
     import os
     import shutil
-    from autograder import exercises
     from conftest import ROOT
     spec = exercises.get(name)
     shutil.copy(ROOT / "source" / name / f"{name}.ipynb", graded_here)  # the reference, as released with solutions

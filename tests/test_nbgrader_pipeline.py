@@ -251,8 +251,9 @@ def submit_reference_and_mistakes(course: Path, assignment: str) -> dict[str, st
     return answers
 
 
-@pytest.mark.parametrize("assignment", sorted(WRONG))
+@pytest.mark.parametrize("assignment", sorted(exercises.ASSIGNMENTS))
 def test_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(assignment, tmp_path):
+    assert WRONG.get(assignment), f"WRONG has no mistakes for {assignment}: give it two or three edits of its answer"
     course = new_course(tmp_path, assignment)
     answers = submit_reference_and_mistakes(course, assignment)
     if assignment == PS1:  # plain nbgrader, all in one process, as formgrader's Autograde button runs it

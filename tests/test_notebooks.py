@@ -1,19 +1,15 @@
 """Every notebook runs top to bottom, is committed clean, and is in step with its sources."""
-import os
 import time
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder import notebook_sync
+from autograder import notebook_sync, settings
 from conftest import ROOT, venv_env
 
 NOTEBOOKS = notebook_sync.all_notebooks()
 CPU_BUDGET_S = 120
-OUTPUTS_VAR = "COURSE_NOTEBOOK_OUTPUTS"
-"""A file to which each executed notebook's text outputs are appended (scripts/gpu_run.sh sets
-it, so a GPU run records the figures the lessons print)."""
 
 
 def test_there_are_notebooks_in_both_folders():
@@ -36,8 +32,8 @@ def test_executes_top_to_bottom(path, monkeypatch):
     start = time.monotonic()
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
-    if os.environ.get(OUTPUTS_VAR):
-        _append_text_outputs(nb, path, os.environ[OUTPUTS_VAR])
+    if (outputs := settings.NOTEBOOK_OUTPUTS.get()) is not None:
+        _append_text_outputs(nb, path, outputs)
     assert time.monotonic() - start < CPU_BUDGET_S
 
 

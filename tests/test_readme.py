@@ -1,14 +1,15 @@
 """README's tables name every lesson and assignment and quote their thresholds and recorded GPU
-figures as the declarations and results/gpu/results.json hold them."""
+figures as the declarations and results/gpu/results.json hold them (the figures as a reader
+sees them, markers aside: tests/test_figures.py checks the markers)."""
 import json
 import re
 
 import pytest
 
-from autograder import exercises
+from autograder import exercises, figures
 from conftest import ROOT
 
-README = (ROOT / "README.md").read_text()
+README = figures.rendered((ROOT / "README.md").read_text())
 RESULTS = json.loads((ROOT / "results" / "gpu" / "results.json").read_text())
 
 

@@ -33,6 +33,7 @@ student's own ``check`` stays in their process and is a self-check, not a verdic
 """
 from __future__ import annotations
 
+from .. import settings
 from ..report import CheckResult
 from ..spec import Exercise
 from .judge import grade_notebook, judged
@@ -49,12 +50,12 @@ def needs_a_gpu(result: CheckResult) -> bool:
 def points(exercise: Exercise, part: str, result: CheckResult) -> float:
     """What a verdict earns: throughput all or nothing (``award`` without a GPU only for
     correct code); the other parts shared out by the fraction of cases passed."""
-    from ..throughput import cpu_policy
     full = exercise.points[part]
     if part == "throughput":
         if result.throughput is not None and result.throughput.passed:
             return full
-        return full if needs_a_gpu(result) and result.correct and cpu_policy() == "award" else 0.0
+        awarded = needs_a_gpu(result) and result.correct and settings.CPU_THROUGHPUT.get() == "award"
+        return full if awarded else 0.0
     return round(full * result.fraction_passed, 2)
 
 

@@ -23,9 +23,9 @@ import site
 import sys
 from pathlib import Path
 
-READABLE_VAR = "TRITON_COURSE_READABLE_PATHS"
-"""More folders (``:``-separated) a grading process may read, for libraries installed off the
-usual places (e.g. a CUDA toolkit under ``/opt``)."""
+from .. import settings
+
+READABLE_VAR = settings.READABLE_PATHS.name
 SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys")
 """Read-only to the grading process: the operating system and its libraries (CUDA's driver among them)."""
 
@@ -118,7 +118,7 @@ def readable_folders() -> list[Path]:
     course = _course_checkout()
     found = [f for f in [*python_folders(), *tool_folders(), *found]
              if course is None or (f != course and f not in course.parents)]
-    listed = [Path(p) for p in os.environ.get(READABLE_VAR, "").split(os.pathsep) if p]
+    listed = settings.READABLE_PATHS.get()
     return list(dict.fromkeys([*map(Path, SYSTEM_FOLDERS), *found, *listed]))
 
 
@@ -177,7 +177,7 @@ def summary() -> str:
     if version == 0:
         return ("Student code is NOT confined: this kernel has no Landlock (Linux 5.13+ with landlock "
                 "in lsm=), so it can read any file your user can by absolute path. Grade as root "
-                "with TRITON_COURSE_GRADING_USER=nobody, or on a kernel with Landlock.")
+                f"with {settings.GRADING_USER.name}=nobody, or on a kernel with Landlock.")
     limits = ["reads only the system's, Python's, the compiler's and loaded libraries' folders",
               "writes only its scratch folder and Triton cache"]
     limits += ["opens no TCP connection"] if version >= 4 else []

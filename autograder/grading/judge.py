@@ -39,26 +39,21 @@ from pathlib import Path
 
 import torch
 
-from .. import device
+from .. import device, settings
 from ..correctness import run_cases
 from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Exercise
 from . import protocol, sandbox
 
-ISOLATE_VAR = "TRITON_COURSE_ISOLATE"
-"""``1`` grades with the judge outside nbgrader too; nbgrader's autograde always does."""
-TIMEOUT_VAR = "TRITON_COURSE_GRADING_TIMEOUT_S"
-"""Seconds one graded test may take, runner start and timing included (default :data:`TEST_LIMIT_S`)."""
-TEST_LIMIT_S = 240
-"""A class-sized limit: the slowest reference test (PS4's, first compile and autotuning
-included) took 77 s on the H200; nbgrader's own cell limit (``nbgrader_config.py``) is above it."""
+ISOLATE_VAR = settings.ISOLATE.name
+TIMEOUT_VAR = settings.GRADING_TIMEOUT_S.name
 START_LIMIT_S = 120
 """For the runner to import the course and run the answer cells."""
 
 
 def judged() -> bool:
     """Whether ``grade`` is grading for marks here (nbgrader's autograde, or :data:`ISOLATE_VAR`)."""
-    return os.environ.get("NBGRADER_EXECUTION") == "autograde" or os.environ.get(ISOLATE_VAR) == "1"
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde" or settings.ISOLATE.get() == "1"
 
 
 def find_notebook(exercise: str) -> Path:
@@ -188,7 +183,7 @@ class Runner:
         last = "\n".join(line[:300] for line in finished.output.strip().splitlines()[-6:])
         last = f"\nIts last output:\n{last}" if last else ""
         if timed_out is None:
-            budget = float(os.environ.get(TIMEOUT_VAR, TEST_LIMIT_S))
+            budget = settings.GRADING_TIMEOUT_S.get()
             return f"grading was stopped after {budget:g} s, the limit for one graded test: the code never finished.{last}"
         if timed_out is not False:
             what, seconds = timed_out
@@ -216,7 +211,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     then (``measure_throughput``, on a GPU, when every case passed) the speed."""
     from . import clock
 
-    budget = float(os.environ.get(TIMEOUT_VAR, TEST_LIMIT_S))
+    budget = settings.GRADING_TIMEOUT_S.get()
     deadline = time.monotonic() + budget
     notebook = find_notebook(exercise.name)
     code = student_code(notebook)

@@ -26,13 +26,13 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-MEMORY_LIMIT_VAR = "TRITON_COURSE_MEMORY_LIMIT_GB"
-"""Most memory (GiB) one grading process may use; ``0`` for no cap. Default: half the machine's."""
+from .. import settings
+
+MEMORY_LIMIT_VAR = settings.MEMORY_LIMIT_GB.name
 KEPT_VARIABLES = frozenset({"PATH", "LANG", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX"})
 KEPT_PREFIXES = ("LC_", "TRITON_", "CUDA_", "NVIDIA_", "OMP_", "MKL_")
 """Locale, Triton's and CUDA's own settings and thread counts; nothing nbgrader or Jupyter set."""
-GRADING_USER_VAR = "TRITON_COURSE_GRADING_USER"
-"""A user to run the student's code as (grading as root only), e.g. ``nobody``; unset: the grader's own."""
+GRADING_USER_VAR = settings.GRADING_USER.name
 KEPT_OUTPUT_CHARS = 4000
 """Characters kept from each end of what the process printed; the middle is dropped."""
 _MEMORY_ERRORS = re.compile(r"MemoryError|can't allocate memory|Cannot allocate memory|out of memory")
@@ -49,11 +49,8 @@ class Finished:
 
 
 def memory_limit_bytes() -> int | None:
-    """The cap from :data:`MEMORY_LIMIT_VAR`, or half the physical memory; None for no cap."""
-    text = os.environ.get(MEMORY_LIMIT_VAR, "").strip()
-    if not text:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    gib = float(text)
+    """The cap from :data:`MEMORY_LIMIT_VAR` (by default half the physical memory); None for no cap."""
+    gib = settings.MEMORY_LIMIT_GB.get()
     return int(gib * 2**30) if gib > 0 else None
 
 
@@ -84,8 +81,8 @@ def limit_memory() -> None:
 
 def grading_user() -> pwd.struct_passwd | None:
     """The account of :data:`GRADING_USER_VAR`, or None when it is unset."""
-    name = os.environ.get(GRADING_USER_VAR, "").strip()
-    if not name:
+    name = settings.GRADING_USER.get()
+    if name is None:
         return None
     if os.geteuid() != 0:
         raise PermissionError(f"{GRADING_USER_VAR}={name}: only a grader running as root can run the "

@@ -1,0 +1,100 @@
+"""No figure measured on a GPU is typed by hand: prose marks it, and the sync rewrites it from
+results/gpu/ (autograder.figures)."""
+import hashlib
+import json
+
+import nbformat
+import pytest
+
+from autograder import device, figures, notebook_sync, settings
+from conftest import ROOT
+
+TEXT_FILES = notebook_sync.text_files()
+FIGS = {"copy_bandwidth": figures.Figure(4026.51, "GB/s", "2026-12-03", "NVIDIA H200", "results/gpu/results.json"),
+        "x.ratio": figures.Figure(1.5599, "×", "2026-12-03", "NVIDIA H200", "results/gpu/results.json")}
+
+
+def _texts(path):
+    if path.suffix != ".ipynb":
+        return [path.read_text()]
+    return [cell.source for cell in nbformat.read(path, as_version=4).cells]
+
+
+@pytest.mark.parametrize("path", notebook_sync.all_notebooks() + TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_measured_figure_is_typed_outside_a_marker(path):
+    typed = [f for text in _texts(path) for f in figures.unmarked(text)]
+    assert not typed, (f"{typed}: mark each as <!--fig:NAME-->...<!--/fig--> (autograder.figures), or, for a "
+                       "datasheet value or arithmetic, add it to figures.ALLOWED with the reason")
+
+
+@pytest.mark.parametrize("path", TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_marked_figures_are_in_step_with_the_record(path):
+    assert notebook_sync.sync_text(path, write=False) == []  # notebooks: test_notebooks.py
+
+
+def test_a_typed_figure_is_caught_and_declarations_shapes_and_allowed_ones_are_not():
+    text = ("copy at 4,140 GB/s, 1.56× `torch.softmax`, 25 µs, 4.2 TB/s; 融合内核是 5.4 倍. "
+            "≥ 0.8× `torch.add`, at least\n0.75× the speed, 4096 × 4096, 4096×4096, 16 的倍数, "
+            "the datasheet's 4.8 TB/s, 4× the bytes, <!--fig:copy_bandwidth-->4,027 GB/s<!--/fig-->")
+    assert figures.unmarked(text) == ["4,140 GB/s", "1.56×", "25 µs", "4.2 TB/s", "5.4 倍"]
+
+
+def test_the_sync_rewrites_a_drifted_figure_and_refuses_an_unknown_name():
+    text = ("<!--fig:copy_bandwidth-->4,177 GB/s<!--/fig--> and <!--fig:x.ratio:.3f-->1.5×<!--/fig--> "
+            "(<!--fig:x.ratio:date--><!--/fig-->)")
+    assert figures.fill(text, FIGS) == ("<!--fig:copy_bandwidth-->4,027 GB/s<!--/fig--> and "
+                                        "<!--fig:x.ratio:.3f-->1.560×<!--/fig--> (<!--fig:x.ratio:date-->2026-12-03<!--/fig-->)")
+    assert figures.rendered(figures.fill(text, FIGS)) == "4,027 GB/s and 1.560× (2026-12-03)"
+    with pytest.raises(KeyError, match="copy_bandwith.*names no recorded figure"):
+        figures.fill("<!--fig:copy_bandwith-->4,027 GB/s<!--/fig-->", FIGS, where="README.md")
+
+
+def test_a_translation_stays_current_when_a_figure_changes_but_not_when_its_name_does():
+    digest = notebook_sync.source_digest
+    before = digest("copy at <!--fig:copy_bandwidth-->4,140 GB/s<!--/fig-->")
+    assert digest("copy at <!--fig:copy_bandwidth-->4,027 GB/s<!--/fig-->") == before
+    assert digest("copy at <!--fig:x.ratio-->4,140 GB/s<!--/fig-->") != before
+    assert digest("no figures") == hashlib.sha1(b"no figures").hexdigest()[:12]  # older translations stay current
+
+
+def test_every_figure_resolves_and_each_recorded_one_names_a_file_that_exists():
+    recorded = figures.recorded()
+    assert set(figures.DERIVED) <= set(recorded), "a DERIVED formula names a figure nobody records"
+    copy = json.loads(figures.RESULTS.read_text())["ceilings"]["copy bandwidth"]["value"]
+    assert recorded["copy_bandwidth"].text() == f"{copy:,.0f} GB/s"
+    for name, entry in json.loads(figures.REGISTRY.read_text()).items():
+        assert (ROOT / entry["source"].split(",")[0]).exists(), (name, entry["source"])
+
+
+def test_a_lessons_figures_on_a_gpu_run_reach_the_prose(tmp_path, monkeypatch):
+    """What scripts/gpu_run.sh tests does, faked on the CPU: a lesson cell records, the run's
+    outputs are folded into the registry, the sync quotes the new value."""
+    outputs, registry = tmp_path / "notebook-outputs.txt", tmp_path / "figures.json"
+    registry.write_text(figures.REGISTRY.read_text())
+    outputs.write_text("===== notebooks/01_ninja_gap.ipynb\n--- cell 14\nnaive PyTorch: 700 GB/s\n")
+    figures.record_figures("ninja_gap", {"fused Triton": 3700.4}, "GB/s")  # no TRITON_COURSE_NOTEBOOK_OUTPUTS: nothing
+    monkeypatch.setenv(settings.NOTEBOOK_OUTPUTS.name, str(outputs))
+    figures.record_figures("ninja_gap", {"fused Triton": 3700.4, "naive PyTorch": 700.2}, "GB/s")
+    assert figures.ingest(outputs, registry) == ["ninja_gap.fused_triton", "ninja_gap.naive_pytorch"]
+    recorded = figures.recorded(figures.RESULTS, registry)
+    fused = recorded["ninja_gap.fused_triton"]
+    assert (fused.value, fused.unit, fused.source) == (3700.4, "GB/s", str(outputs))
+    assert fused.card == device.current().name
+    assert figures.fill("<!--fig:ninja_gap.fused_triton--><!--/fig--> at <!--fig:ninja_gap.fused_of_copy-->"
+                        "90%<!--/fig-->", recorded) == ("<!--fig:ninja_gap.fused_triton-->3,700 GB/s<!--/fig--> at "
+                                                        "<!--fig:ninja_gap.fused_of_copy-->92%<!--/fig-->")
+    assert recorded["ninja_gap.torch.softmax"] == figures.recorded()["ninja_gap.torch.softmax"]  # kept
+
+
+def test_a_notebook_whose_figure_drifted_is_reported():
+    english = ROOT / "notebooks" / "01_ninja_gap.ipynb"
+    nb = nbformat.read(english, as_version=4)
+    cell = next(c for c in nb.cells if "<!--fig:copy_bandwidth-->" in c.source)
+    cell.source = figures.MARKER.sub(lambda m: m[0].replace(m["text"], "4,140 GB/s"), cell.source, count=1)
+    copy = english.parent / "drifted-figure-copy.ipynb"
+    nbformat.write(nb, copy)
+    try:
+        changes = notebook_sync.sync(copy, write=False)
+    finally:
+        copy.unlink()
+    assert any(c.endswith("(figures)") for c in changes), changes

@@ -1,0 +1,113 @@
+"""`triton-course new`, run in a copy of the repository: the problem set it writes is found by
+the course, its notebook is one nbgrader accepts, `triton-course sync --check` finds everything in
+step and its tests pass; a bad, taken or out-of-order name gets a sentence. And CONTRIBUTING.md
+names only commands that exist."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.nbgraderformat import MetadataValidator
+
+from autograder import cli, exercises, scaffold
+from conftest import ROOT, venv_env
+
+N = len(exercises.ASSIGNMENTS) + 1
+NEW = f"ps{N}_example"
+
+
+def course(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python *args`` in ``copy``, importing the copy's packages."""
+    return subprocess.run([sys.executable, *args], cwd=copy, capture_output=True, text=True,
+                          env=venv_env(PYTHONPATH=str(copy)), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A copy of the repository's files (tracked, and new ones git does not ignore) in which
+    ``triton-course new`` has run."""
+    copy = tmp_path_factory.mktemp("course")
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in listed:
+        if name and (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    return copy, course(copy, "-m", "autograder.cli", "new", NEW, "Example")
+
+
+@pytest.mark.slow
+def test_new_writes_the_files_and_prints_what_is_left(scaffolded):
+    copy, done = scaffolded
+    assert done.returncode == 0, done.stdout + done.stderr
+    for path in scaffold.targets(NEW).values():
+        assert (copy / path.relative_to(ROOT)).is_file(), path
+    assert (copy / "student" / NEW / f"{NEW}.ipynb").is_file()
+    for item in ("grep -n PLACEHOLDER", f'WRONG["{NEW}"]', "README.md", "make test"):
+        assert item in done.stdout, item
+
+
+@pytest.mark.slow
+def test_sync_check_finds_the_copy_in_step(scaffolded):
+    copy, _ = scaffolded
+    synced = course(copy, "-m", "autograder.cli", "sync", "--check")
+    assert synced.returncode == 0 and "drifted" not in synced.stdout, synced.stdout + synced.stderr
+
+
+@pytest.mark.slow
+def test_the_course_finds_the_new_exercise_and_its_tests_pass(scaffolded):
+    copy, _ = scaffolded
+    found = course(copy, "-c", f"from autograder import exercises; ex = exercises.get({NEW!r}); "
+                               "print(ex.function, ex.solution, sum(ex.points.values()))")
+    assert found.stdout.split() == ["example", "solutions.example", "10"], found.stdout + found.stderr
+    tested = course(copy, "-m", "pytest", f"tests/test_{NEW}.py", "-q", "-p", "no:cacheprovider")
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.slow
+def test_the_source_notebook_is_valid_and_its_answer_cell_is_the_solution(scaffolded):
+    copy, _ = scaffolded
+    nb = nbformat.read(copy / "source" / NEW / f"{NEW}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    MetadataValidator().validate_nb(nb)  # what nbgrader checks before it releases
+    answer, = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    assert answer.metadata.nbgrader.grade_id == "example" and "def example(" in answer.source
+    assert [c.metadata.course.part for c in nb.cells if c.metadata.get("course", {}).get("role") == "test"] == [
+        "correctness", "hidden", "throughput"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, sentence", [
+    ("PS7-Example", "'PS7-Example' is not a problem set name: write ps<digit>_<snake_case>"),
+    (NEW, f"{NEW} exists already"),
+    (f"ps{N}_other", f"ps{N} is taken by {NEW}: the next problem set is ps{N + 1}."),
+    (f"ps{N + 3}_far", f"ps{N + 3} is out of order: the problem sets go ps1 to ps{N}, so the next is ps{N + 1}."),
+    ("ps0_first", "ps0 is out of order"),
+    (f"ps{N + 1}_rms_norm", "solutions/rms_norm.py exists already"),  # lesson 1's answer
+])
+def test_a_name_that_cannot_be_new_is_refused_with_a_sentence(scaffolded, monkeypatch, capsys, name, sentence):
+    copy, _ = scaffolded
+    monkeypatch.setattr(scaffold, "ROOT", copy)
+    monkeypatch.setattr(scaffold, "TEMPLATES", copy / "templates" / "problem_set")
+    before = sorted(copy.rglob("*"))
+    assert cli.main(["new", name, "Title"]) == 2
+    assert sentence in capsys.readouterr().err
+    assert sorted(copy.rglob("*")) == before
+
+
+def test_contributing_names_only_commands_and_files_that_exist():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    makefile, gpu_run = (ROOT / "Makefile").read_text(), (ROOT / "scripts" / "gpu_run.sh").read_text()
+    for command in re.findall(r"triton-course ([a-z]+)", text):
+        assert command == "sync" or command in cli.COMMANDS, f"triton-course {command}"
+    for target in re.findall(r"\bmake ([a-z-]+)", text):
+        assert re.search(rf"^{target}:", makefile, re.M), f"make {target}"
+    for stage in re.findall(r"gpu_run\.sh ([a-z]+)", text):
+        assert f"  {stage})" in gpu_run, f"gpu_run.sh {stage}"
+    example = re.search(r"triton-course new ps\d_(\w+)", text).group(1)  # its files are not there yet
+    folders = "autograder|notebooks|results|scripts|solutions|source|student|templates|tests"
+    for path in re.findall(rf"[` ]((?:{folders})/[a-z0-9_/.]*)[` ]", text):
+        assert example in path or (ROOT / path).exists(), path
