@@ -1,0 +1,313 @@
+"""Lesson 9's RMSNorm backward: every kernel against PyTorch's autograd on awkward shapes,
+gradcheck in float64, wrong backwards failing the declared checks, and the exercise."""
+import functools
+import importlib.util
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from autograder import check, quiz
+from autograder.kernels.rms_norm_backward import (EPS, GROUPS, RMSNorm, RMSNormFunction, naive_rms_norm_layer,
+                                                  rms_norm_backward, rms_norm_backward_atomic, rms_norm_dw,
+                                                  rms_norm_dx, rms_norm_forward, sum_rows_kernel)
+from autograder.lesson_exercises.l09_backward import EXERCISE as GRAD
+from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, EXERCISE as DX, layer_grads
+from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES, EXERCISE as DW
+
+from conftest import DEVICE, ROOT
+
+DEV = DEVICE.device
+NOTEBOOK = ROOT / "notebooks" / "09_backward_passes.ipynb"
+# One row, one column, row lengths around the power-of-two blocks, more rows than columns.
+SHAPES = [(1, 1), (1, 7), (3, 1000), (5, 129), (40, 33)]
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.has_gpu else [])  # no bf16 in the interpreter
+STRATEGIES = {  # name -> the backward, (x, w, r, dy) -> (dx, dw)
+    "(a) a row per program": functools.partial(rms_norm_backward, groups=None),
+    "(c) one program": functools.partial(rms_norm_backward, groups=1),
+    "(c) 3 groups": functools.partial(rms_norm_backward, groups=3),
+    "(c) default groups": rms_norm_backward,
+    "(b) atomics": rms_norm_backward_atomic,
+}
+
+
+def layer_inputs(shape, dtype, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    m, n = shape
+    x, dy = torch.randn(m, n, generator=generator), torch.randn(m, n, generator=generator)
+    w = torch.randn(n, generator=generator)
+    return tuple(t.to(DEV, dtype) for t in (x, w, dy))
+
+
+def assert_grads(dx, dw, x, w, dy):
+    """dx and dw in the inputs' dtype, within the declared tolerances of float64 autograd."""
+    assert dx.dtype == x.dtype and dw.dtype == w.dtype and dx.shape == x.shape and dw.shape == w.shape
+    dx_ref, dw_ref = layer_grads(x.double(), w.double(), dy.double())
+    torch.testing.assert_close(dx.double(), dx_ref, atol=DX_TOLERANCES[x.dtype][0], rtol=DX_TOLERANCES[x.dtype][1])
+    torch.testing.assert_close(dw.double(), dw_ref, atol=DW_TOLERANCES[x.dtype][0], rtol=DW_TOLERANCES[x.dtype][1])
+
+
+# --- the lesson's kernels ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_matches_pytorch_and_saves_r(shape, dtype):
+    x, w, _ = layer_inputs(shape, dtype)
+    y, r = rms_norm_forward(x, w)
+    expected_r = torch.rsqrt(x.double().pow(2).mean(dim=1) + EPS)
+    assert y.dtype == dtype and r.dtype == torch.float32 and r.shape == (shape[0],)
+    torch.testing.assert_close(r.double(), expected_r, atol=0, rtol=1e-6)
+    torch.testing.assert_close(y.double(), naive_rms_norm_layer(x.double(), w.double()),
+                               atol=DX_TOLERANCES[dtype][0], rtol=DX_TOLERANCES[dtype][1])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_way_of_reducing_dw_matches_autograd(strategy, dtype):
+    for shape in SHAPES:
+        x, w, dy = layer_inputs(shape, dtype, seed=shape[1])
+        _, r = rms_norm_forward(x, w)
+        assert_grads(*STRATEGIES[strategy](x, w, r, dy), x, w, dy)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_rows_of_wider_tensors_and_a_broadcast_dy(strategy):
+    wide = torch.randn(12, 75, device=DEV)
+    x = wide[:, 10:43]  # rows 75 elements apart
+    dy = torch.randn(12, 40, device=DEV)[:, :33]
+    w = torch.randn(33, device=DEV)
+    _, r = rms_norm_forward(x, w)
+    assert_grads(*STRATEGIES[strategy](x, w, r, dy), x, w, dy)
+    ones = torch.ones(1, 1, device=DEV).expand(12, 33)  # what y.sum().backward() hands over: stride 0
+    assert_grads(*STRATEGIES[strategy](x, w, r, ones), x, w, ones)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 65), (33, 64), (100, 3), (65, 200)], ids=str)
+def test_the_second_stage_sums_the_buffer_rows(shape, dtype):
+    partial = torch.randn(shape, device=DEV, dtype=dtype)
+    out = torch.empty(shape[1], device=DEV, dtype=dtype)
+    sum_rows_kernel[(triton.cdiv(shape[1], 64),)](out, partial, shape[0], shape[1], BLOCK_ROWS=32, BLOCK_COLS=64)
+    torch.testing.assert_close(out, partial.sum(dim=0))
+
+
+def test_the_grouped_backward_repeats_bit_for_bit():
+    x, w, dy = layer_inputs((600, 100), torch.float32)  # 256 groups of 3 rows, the last ones short
+    _, r = rms_norm_forward(x, w)
+    first = rms_norm_backward(x, w, r, dy)
+    for _ in range(3):
+        again = rms_norm_backward(x, w, r, dy)
+        assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    assert_grads(*first, x, w, dy)
+    assert triton.cdiv(600, triton.cdiv(600, GROUPS)) == 200  # rows_per_program = 3, 200 programs
+
+
+@pytest.mark.skipif(DEVICE.has_gpu, reason="on a GPU atomics arrive in a different order from run to run")
+def test_in_the_interpreter_atomics_repeat_bit_for_bit():
+    x, w, dy = layer_inputs((64, 50), torch.float32)
+    _, r = rms_norm_forward(x, w)
+    runs = [rms_norm_backward_atomic(x, w, r, dy)[1] for _ in range(3)]
+    assert all(torch.equal(run, runs[0]) for run in runs)
+
+
+@pytest.mark.skipif(DEVICE.has_gpu, reason="float64 gradcheck runs in the interpreter (tl.rsqrt is approximate on a GPU)")
+def test_gradcheck_in_float64():
+    # float64 loads, stores and math in the interpreter: the forward matches PyTorch to rounding
+    x = torch.randn(3, 7, dtype=torch.float64)
+    w = torch.randn(7, dtype=torch.float64)
+    y, r = rms_norm_forward(x, w)
+    assert r.dtype == torch.float64
+    torch.testing.assert_close(y, naive_rms_norm_layer(x, w), atol=1e-14, rtol=1e-14)
+    inputs = (x.requires_grad_(), w.requires_grad_())
+    assert torch.autograd.gradcheck(lambda a, b: RMSNormFunction.apply(a, b, EPS), inputs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_module_matches_torch_nn_rmsnorm(dtype):
+    torch.manual_seed(0)
+    ours, theirs = RMSNorm(33).to(DEV, dtype), torch.nn.RMSNorm(33, eps=EPS).to(DEV, dtype)
+    with torch.no_grad():
+        ours.weight.normal_(1.0, 0.5)
+        theirs.weight.copy_(ours.weight)
+    x = torch.randn(2, 5, 33, device=DEV).to(dtype)  # any leading dims
+    dy = torch.randn(2, 5, 33, device=DEV).to(dtype)
+    grads = []
+    for layer in (ours, theirs):
+        xs = x.clone().requires_grad_()
+        y = layer(xs)
+        assert y.shape == x.shape and y.dtype == dtype
+        grads.append(torch.autograd.grad(y, (xs, layer.weight), dy))
+    (dx, dw), (dx_ref, dw_ref) = grads
+    torch.testing.assert_close(dx.double(), dx_ref.double(), atol=DX_TOLERANCES[dtype][0] * 10, rtol=DX_TOLERANCES[dtype][1] * 2)
+    torch.testing.assert_close(dw.double(), dw_ref.double(), atol=DW_TOLERANCES[dtype][0], rtol=DW_TOLERANCES[dtype][1] * 2)
+
+
+@pytest.mark.parametrize("strategy", ["grouped", "per_row", "atomic"])
+def test_the_reference_passes_the_declared_checks(strategy):
+    assert check(DW, functools.partial(rms_norm_dw, strategy=strategy), seed=1, verbose=False).correct
+    if strategy == "grouped":
+        assert check(DX, rms_norm_dx, seed=1, verbose=False).correct
+
+
+# --- wrong backwards must fail ------------------------------------------------------------------
+
+@triton.jit
+def _variant_kernel(dx_ptr, dw_ptr, x_ptr, w_ptr, r_ptr, dy_ptr, x_row_stride, dy_row_stride, dx_row_stride,
+                    n_cols, BLOCK_SIZE: tl.constexpr, MEAN_TERM: tl.constexpr, MEAN_OVER_BLOCK: tl.constexpr,
+                    W_IN_MEAN: tl.constexpr, REDUCE_DW: tl.constexpr):
+    """One program per row, dw by atomics; each flag switches one mistake on (or off)."""
+    row = tl.program_id(axis=0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.load(r_ptr + row)
+    w_dy = w * dy
+    if W_IN_MEAN:
+        total = tl.sum(x * w_dy, axis=0)
+    else:
+        total = tl.sum(x * dy, axis=0)
+    if MEAN_OVER_BLOCK:
+        c = total / BLOCK_SIZE
+    else:
+        c = total / n_cols
+    dx = r * w_dy
+    if MEAN_TERM:
+        dx = dx - x * (r * r * r * c)
+    tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    if REDUCE_DW:
+        tl.atomic_add(dw_ptr + cols, dy * x * r, mask=mask)
+    else:  # every program stores its own row's terms over the same N addresses: the last one stays
+        tl.store(dw_ptr + cols, dy * x * r, mask=mask)
+
+
+def variant(mean_term=True, mean_over_block=False, w_in_mean=True, reduce_dw=True):
+    """A backward (x, w, dy) -> (dx, dw) with the lesson's forward and the chosen mistakes."""
+    def backward(x, w, dy):
+        x, dy = (t if t.stride(1) == 1 else t.contiguous() for t in (x, dy))
+        _, r = rms_norm_forward(x, w)
+        dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+        dw = torch.zeros(x.shape[1], device=x.device)
+        _variant_kernel[(x.shape[0],)](dx, dw, x, w, r, dy, x.stride(0), dy.stride(0), dx.stride(0), x.shape[1],
+                                       BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), MEAN_TERM=mean_term,
+                                       MEAN_OVER_BLOCK=mean_over_block, W_IN_MEAN=w_in_mean, REDUCE_DW=reduce_dw)
+        return dx, dw.to(w.dtype)
+    return backward
+
+
+def failed(exercise, backward, output):
+    """Labels of the cases where ``output`` (0: dx, 1: dw) of ``backward`` fails, and the result."""
+    def fn(x, w, dy):
+        return backward(x, w, dy)[output]
+    result = check(exercise, fn, seed=0, verbose=False)
+    return {c.label for c in result.cases if not c.passed}, result
+
+
+def labels(cases):
+    return {c.label for c in cases}
+
+
+CASES = DX.cases("visible", DEV)
+
+
+def test_a_correct_rewrite_passes_both_checks():
+    assert not failed(DX, variant(), 0)[0] and not failed(DW, variant(), 1)[0]
+
+
+def test_a_dx_without_the_mean_term_fails_every_case():
+    bad, result = failed(DX, variant(mean_term=False), 0)
+    assert bad == labels(CASES), result.summary()
+
+
+def test_a_mean_over_the_padding_lanes_fails_every_row_length_that_is_not_a_power_of_two():
+    # Not in the large float16 case: there dx is ~4e-4 and the mean term ~2e-6, so dividing by 512
+    # instead of 500 moves dx by under 4e-6, inside float16's atol of 1e-5. Every other padded case fails.
+    bad, result = failed(DX, variant(mean_over_block=True), 0)
+    padded = {c for c in CASES if c.shape[1] & (c.shape[1] - 1) and c.values == "normal"}
+    assert labels(padded) <= bad <= labels(c for c in CASES if c.shape[1] & (c.shape[1] - 1)), result.summary()
+
+
+def test_a_mean_term_without_the_weight_fails_every_case():
+    bad, result = failed(DX, variant(w_in_mean=False), 0)
+    assert bad == labels(CASES), result.summary()
+
+
+def test_a_dw_without_the_cross_program_reduction_fails_every_case_of_more_than_one_row():
+    bad, result = failed(DW, variant(reduce_dw=False), 1)
+    assert bad == labels(c for c in CASES if c.shape[0] > 1), result.summary()
+    assert bad != labels(CASES)  # one row has nothing to reduce: right by luck
+
+
+# --- the exercise ---------------------------------------------------------------------------
+
+@triton.jit
+def _grad_variant_kernel(dx_ptr, x_ptr, dy_ptr, x_row_stride, dy_row_stride, dx_row_stride, n_cols, eps,
+                         BLOCK_SIZE: tl.constexpr, MEAN_TERM: tl.constexpr):
+    row = tl.program_id(axis=0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    dx = r * dy
+    if MEAN_TERM:
+        dx = dx - x * (r * r * r * (tl.sum(x * dy, axis=0) / n_cols))
+    tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def grad_variant(eps=EPS, mean_term=True):
+    def rms_norm_grad(x, dy):
+        x = x if x.stride(1) == 1 else x.contiguous()
+        dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+        _grad_variant_kernel[(x.shape[0],)](dx, x, dy, x.stride(0), dy.stride(0), dx.stride(0), x.shape[1], eps,
+                                            BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), MEAN_TERM=mean_term)
+        return dx
+    return rms_norm_grad
+
+
+def test_the_exercise_catches_a_missing_eps_and_a_missing_mean_term():
+    assert check(GRAD, grad_variant(), seed=0, verbose=False).correct  # the harness accepts a right kernel
+    with np.errstate(divide="ignore", invalid="ignore"):  # the interpreter's NumPy warns of 1 / sqrt(0)
+        no_eps = check(GRAD, grad_variant(eps=0.0), seed=0, verbose=False)
+    zero_rows = {c.label for c in GRAD.cases("visible", DEV) if c.shape[0] > 2}  # rows 2, 5, ... are zeros
+    assert zero_rows <= {c.label for c in no_eps.cases if not c.passed}, no_eps.summary()
+    no_mean = check(GRAD, grad_variant(mean_term=False), seed=0, verbose=False)
+    assert not any(c.passed for c in no_mean.cases), no_mean.summary()
+
+
+def _notebook_code() -> list[str]:
+    return [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
+
+
+def test_the_notebook_stub_reports_not_written_yet(tmp_path):
+    stubs = [c for c in _notebook_code() if 'NotImplementedError("write me")' in c]
+    assert len(stubs) == 1, "the notebook should hold exactly one exercise stub"
+    path = tmp_path / "stub.py"  # @triton.jit reads its function's source file
+    path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + stubs[0])
+    spec = importlib.util.spec_from_file_location("lesson9_stub", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = check(GRAD, module.rms_norm_grad, seed=0, verbose=False)
+    assert not any(c.passed for c in result.cases)
+    assert all("not written yet" in c.message for c in result.cases)
+
+
+def test_the_notebook_does_not_contain_the_solution():
+    code = "\n".join(_notebook_code())
+    lines = {line.strip() for line in code.splitlines()}
+    solution = (ROOT / "solutions" / "rms_norm_grad.py").read_text()
+    body = solution.split("# --- notebook cell: rms_norm_grad ---")[1]
+    arithmetic = [line.strip() for line in body.splitlines()
+                  if any(op in line for op in ("tl.rsqrt", "tl.sum", "tl.store", "tl.load", "= inv_rms"))]
+    assert len(arithmetic) >= 5 and not [line for line in arithmetic if line in lines]
+    assert "solutions.rms_norm_grad" not in code
+
+
+def test_the_notebook_asks_every_lesson_nine_question():
+    code = "\n".join(_notebook_code())
+    ours = [q for q in quiz.load_quizzes()["questions"] if q.startswith("q9")]
+    assert len(ours) >= 3 and all(f'ask("{q}")' in code for q in ours)
