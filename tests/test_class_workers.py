@@ -84,8 +84,11 @@ def test_a_class_stopped_mid_run_keeps_its_finished_students_leaves_nothing_runn
     serial, _ = one_worker
     course = copy_of(submitted, tmp_path)
     results = course / RESULTS_FOLDER / f"{PS1}.json"
+    # SIGINT as a terminal gives it: a test run started in the background (`make test &`) passes
+    # its children SIGINT ignored, and Python then never turns it into KeyboardInterrupt.
     run = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", PS1, "--workers", "2"], cwd=course,
-                           env=venv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=venv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while not results.exists() and time.monotonic() < deadline and run.poll() is None:
         time.sleep(0.2)
