@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .guards import DATA_MOVEMENT_OPS, GuardZones, KernelTimeout, OutOfBoundsAccess, time_limit, watch
+from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, kernel_line,
+                     time_limit, watch)
 from .report import CaseResult
 from .spec import Case, Exercise
 
@@ -37,7 +38,8 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
 def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
     """Make fresh inputs for every case, have ``call(inputs, label)`` run the student's function on
     them (in this process, :class:`InProcess`, or in a runner, :mod:`autograder.grading`) and
-    judge what comes back against the reference. ``call`` returns ``(output, problem)``;
+    judge what comes back against the reference. ``call`` returns ``(outputs, problem)``, the
+    outputs those of :meth:`~autograder.spec.Exercise.call`;
     after a problem that ends the process (``call.ended``), the remaining cases are not run."""
     results, ended = [], None
     for i, case in enumerate(cases):
@@ -45,9 +47,9 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
             results.append(CaseResult(case.label, False, ended))
             continue
         inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed + i), device)
-        out, problem = call(inputs, case.label)
+        outs, problem = call(inputs, case.label)
         if problem is None:
-            problem = judge_output(exercise, case, inputs, out)
+            problem = judge_output(exercise, case, inputs, outs)
         results.append(CaseResult(case.label, problem is None, problem or ""))
         ended = call.ended or (NOT_RUN_AFTER_FAULT if problem and is_cuda_fault(problem) else None)
     return results
@@ -97,18 +99,19 @@ def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor
 
 
 def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, earlier: list,
-                 zones: GuardZones | None = None, all_threads: bool = False) -> tuple[torch.Tensor | None, str | None]:
-    """Call ``fn`` on ``given`` (the case ``label``) under the course's rules: ``(output, None)``,
+                 zones: GuardZones | None = None, all_threads: bool = False) -> tuple[tuple | None, str | None]:
+    """Call ``fn`` on ``given`` (the case ``label``) under the course's rules, its backward too
+    for an exercise with gradients (:meth:`~autograder.spec.Exercise.call`): ``(outputs, None)``,
     or ``(None, why not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
     outputs of earlier calls (a reused buffer is refused); ``all_threads``: see
     :func:`~autograder.guards.watch`."""
-    if (problem := signature_problem(exercise, fn, given)) is not None:
+    if (problem := signature_problem(exercise, fn, exercise.arguments(given))) is not None:
         return None, problem
     before = [t.clone() for t in _tensors(given)]
     try:
         with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {label}"), \
                 watch(exercise.allowed_ops, zones, all_threads) as record:
-            out = fn(*given)
+            outs = exercise.call(fn, given)
             if device == "cuda":
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
@@ -116,29 +119,42 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
     problem = (integrity_problem(exercise, record)
                or (zones.damage() if zones is not None else None)
                or _changed_inputs(before, _tensors(given))
-               or _not_a_fresh_tensor(exercise, out, given, earlier))
+               or next(filter(None, (_not_a_fresh_tensor(exercise, name, out, given, earlier)
+                                     for name, out in zip(exercise.outputs, outs))), None))
     if problem:
         return None, problem
-    earlier.append(out)
-    return out, None
+    earlier.extend(outs)
+    return outs, None
 
 
-def judge_output(exercise: Exercise, case: Case, inputs, out: torch.Tensor) -> str | None:
-    """Why ``out`` is not the exercise's answer for ``inputs``, or None: its shape, dtype and
-    values against the float64 reference."""
+def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> str | None:
+    """Why ``outs`` (one tensor for each of ``exercise.outputs``) are not the exercise's answer for
+    ``inputs``, or None: their shapes, dtypes and values against the float64 reference."""
     expected = _reference(exercise, inputs)
-    if tuple(out.shape) != tuple(expected.shape):
-        return f"output shape is {tuple(out.shape)}, expected {tuple(expected.shape)} (the shape of PyTorch's result)."
-    if out.dtype != case.dtype:
-        return f"output dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
-    return compare(out, expected, *exercise.tolerances[case.dtype], inputs=_named_inputs(exercise, inputs))
+    for name, out, want in zip(exercise.outputs, outs, expected):
+        what = name if len(exercise.outputs) > 1 else "output"
+        if tuple(out.shape) != tuple(want.shape):
+            return f"{what} shape is {tuple(out.shape)}, expected {tuple(want.shape)} (the shape of PyTorch's result)."
+        if out.dtype != case.dtype:
+            return f"{what} dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
+    return compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
+
+
+def compare_outputs(exercise: Exercise, dtype: torch.dtype, outs, expected, inputs=None) -> str | None:
+    """None when each of ``outs`` matches its reference in ``expected`` within its tolerance for
+    ``dtype``, else the mismatch table of each that does not (see :func:`compare`), named when
+    the exercise has several outputs (``dw: 3 of 1024 elements differ ...``)."""
+    several = len(exercise.outputs) > 1
+    problems = [(f"{name}: " if several else "") + problem
+                for (name, tolerances), out, want in zip(exercise.outputs.items(), outs, expected)
+                if (problem := compare(out, want, *tolerances[dtype], inputs=inputs))]
+    return "\n".join(problems) or None
 
 
 def _named_inputs(exercise: Exercise, inputs) -> dict[str, torch.Tensor]:
     """The inputs a mismatch table can show beside the output, by the function's parameter names:
     those that broadcast to the output's shape (an elementwise op's operands, a softmax's rows)."""
-    names = re.findall(r"(\w+)\s*:", exercise.signature.split("(", 1)[1].split(")", 1)[0])
-    return {name: t for name, t in zip(names, inputs) if isinstance(t, torch.Tensor)}
+    return {name: t for name, t in zip(exercise.parameters, inputs) if isinstance(t, torch.Tensor)}
 
 
 def _tensors(args) -> list[torch.Tensor]:
@@ -147,9 +163,9 @@ def _tensors(args) -> list[torch.Tensor]:
     return [a for a in args if isinstance(a, torch.Tensor)]
 
 
-def _reference(exercise: Exercise, inputs) -> torch.Tensor:
-    return exercise.reference(*(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                                for t in inputs))
+def _reference(exercise: Exercise, inputs) -> tuple:
+    return exercise.call(exercise.reference, tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                                                   else t for t in inputs))
 
 
 def integrity_problem(exercise: Exercise, record) -> str | None:
@@ -183,17 +199,22 @@ def _changed_inputs(before, after) -> str | None:
     return None
 
 
-def _not_a_fresh_tensor(exercise: Exercise, out, given, earlier) -> str | None:
+def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> str | None:
+    """Why the output ``name`` (``y``, or a gradient such as ``dw``) is not a fresh tensor, or None."""
+    what = "the output" if name == "y" else name
+    if out is None:
+        return (f"`{exercise.function}`'s backward gave no gradient for {name[1:]}: return your "
+                f"torch.autograd.Function's output, and from its backward one gradient per input.")
     if type(out) is not torch.Tensor:  # subclasses could override comparisons
         return f"`{exercise.function}` returned {type(out).__name__}, expected a torch.Tensor."
     inputs = _tensors(given)
     if inputs and out.device != inputs[0].device:
-        return f"output is on {out.device}, expected {inputs[0].device} (where the inputs are)."
+        return f"{what} is on {out.device}, expected {inputs[0].device} (where the inputs are)."
     storage = out.untyped_storage().data_ptr()
     if any(storage == t.untyped_storage().data_ptr() for t in inputs):
-        return "the output shares memory with an input: allocate a new tensor for the result."
+        return f"{what} shares memory with an input: allocate a new tensor for the result."
     if any(storage == t.untyped_storage().data_ptr() for t in earlier):
-        return ("the output is the same buffer an earlier call returned: allocate a new tensor "
+        return (f"{what} is the same buffer an earlier call returned: allocate a new tensor "
                 "on every call (a cached buffer changes results the caller already holds).")
     return None
 
@@ -240,6 +261,8 @@ def explain_exception(exercise: Exercise, error: BaseException) -> str:
         return str(cause)
     elif isinstance(cause, OutOfBoundsAccess):
         return f"your kernel accessed memory out of bounds: {cause}"
+    elif isinstance(cause, DataRace):
+        return "\n".join([f"your kernel has a race: {cause}", *kernel_line(cause.__traceback__)])
     elif is_cuda_fault(str(cause)):
         headline = (f"your kernel faulted on the GPU ({_CUDA_FAULT.search(str(cause)).group(0)}), most often "
                     "from an address outside every tensor: a missing mask or a wrong offset. Run it with "

@@ -52,6 +52,16 @@ class OutOfBoundsAccess(IndexError):
         return [f"OutOfBoundsAccess: {self}", *kernel_line(self.__traceback__)]
 
 
+class DataRace(RuntimeError):
+    """A program of an interpreted launch loaded an element that another program of the same launch
+    had stored, without atomics. The interpreter runs programs one at a time, so the values come
+    out right there; on a GPU they run at the same time and one program's update can be lost. A
+    launch that uses atomics (or a lock built on them) is not checked."""
+
+    def _render_traceback_(self):
+        return [f"DataRace: {self}", *kernel_line(self.__traceback__)]
+
+
 def kernel_line(tb) -> list[str]:
     """``  in kernel, line N: source`` for the innermost frame of ``tb`` outside Triton and the course."""
     import traceback
@@ -316,7 +326,47 @@ def _tensor_regions(names, args) -> list[_Region] | None:
     return regions
 
 
-def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
+class _Stores:
+    """Which program of one launch last stored each element of its tensor arguments: a load of an
+    element another program stored is a race (:class:`DataRace`)."""
+
+    def __init__(self, regions: list[_Region]):
+        self.regions, self.owners, self.programs, self.atomics = regions, {}, {}, False
+
+    def see(self, kind: str, active: np.ndarray, within: list[np.ndarray]) -> None:
+        from triton.runtime.interpreter import interpreter_builder
+
+        self.atomics |= kind == "atomic"  # atomics order programs in ways this does not follow
+        if self.atomics:
+            return
+        program = tuple(int(i) for i in interpreter_builder.grid_idx)
+        me = self.programs.setdefault(program, len(self.programs))
+        for r, lanes in zip(self.regions, within):
+            if not lanes.any():
+                continue
+            elements = (active[lanes] - r.start) // r.itemsize
+            if kind == "store":  # by storage: two arguments may view the same memory
+                if r.start not in self.owners:
+                    self.owners[r.start] = np.full((r.end - r.start) // r.itemsize, -1, np.int32)
+                self.owners[r.start][elements] = me
+                continue
+            if r.start not in self.owners:
+                continue
+            others = self.owners[r.start][elements]
+            clash = np.flatnonzero((others >= 0) & (others != me))
+            if clash.size:
+                writer = list(self.programs)[others[clash[0]]]
+                raise DataRace(
+                    f"program {program} loaded element {int(elements[clash[0]])} of `{r.name}`, which program "
+                    f"{writer} of the same launch had stored ({clash.size} such lanes in this load). On a GPU a "
+                    "launch's programs run at the same time, in no set order, so that load may see the value "
+                    "before the store or after it: when it feeds a store of its own (load, add, store) one "
+                    "program's update is lost. The interpreter runs programs one at a time, which hides it. "
+                    "Combine programs' results with tl.atomic_add, or through a buffer with a row per program "
+                    "and a second kernel.")
+
+
+def _check_addresses(regions: list[_Region], stores: _Stores, kind: str, ptrs, mask):
     addresses = np.asarray(ptrs.data, dtype=np.uint64)
     active = addresses[np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)]
     if active.size == 0:
@@ -325,6 +375,7 @@ def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
     within = [(active >= r.start) & (active + width <= r.end) for r in regions]
     inside = np.logical_or.reduce(within)
     if inside.all():
+        stores.see(kind, active, within)
         return ptrs, mask
     from triton.runtime.interpreter import interpreter_builder
 
@@ -351,9 +402,9 @@ def _check_addresses(regions: list[_Region], kind: str, ptrs, mask):
 
 def bounds_check(names: list[str], values: list):
     """The default watcher of interpreted launches (below): each access checked against the
-    storages of the launch's tensor arguments."""
+    storages of the launch's tensor arguments, and each load against the other programs' stores."""
     regions = _tensor_regions(names, values)
-    return values, (partial(_check_addresses, regions) if regions else None)
+    return values, (partial(_check_addresses, regions, _Stores(regions)) if regions else None)
 
 
 _on_launch = bounds_check
@@ -401,10 +452,10 @@ def install_interpreter_hooks() -> None:
         try:
             return original_call(self, *args_dev, **kwargs)
         except Exception as error:
-            stray = error if isinstance(error, OutOfBoundsAccess) else error.__cause__
+            stray = error if isinstance(error, (OutOfBoundsAccess, DataRace)) else error.__cause__
             if isinstance(stray, OutOfBoundsAccess) and stray.launch is None:
                 stray.launch = (interpreter.InterpretedFunction(self.fn), self.grid, args_dev, kwargs)
-            if stray is not error and isinstance(stray, OutOfBoundsAccess):
+            if stray is not error and isinstance(stray, (OutOfBoundsAccess, DataRace)):
                 raise stray from None  # the finding itself, not Triton's wrapper
             if isinstance(error, InterpreterError):
                 shorten(error)

@@ -6,6 +6,7 @@ test cells, the test suite and the benchmarks all read that one declaration.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -54,7 +55,9 @@ class Throughput:
 
     Give ``bytes_moved`` for a memory-bound operation (reported in GB/s against the measured
     copy bandwidth) or ``flops`` for a compute-bound one (TFLOP/s against the measured
-    ``torch.matmul`` rate in the case's dtype), not both.
+    ``torch.matmul`` rate in the case's dtype), not both. Either is called with a case's inputs
+    and the function's output; for an exercise with gradients the timed call is the forward
+    and the backward (:meth:`Exercise.call`).
     """
 
     case: Case
@@ -109,6 +112,42 @@ class Exercise:
     """PyTorch operations the student's wrapper may call; anything else is reported."""
     time_limit_s: float = 120.0
     """Longest a single call may take (first calls include JIT compilation)."""
+    gradients: dict[str, dict[torch.dtype, Tolerance]] = field(default_factory=dict)
+    """For an exercise graded on its backward pass too: the arguments whose gradients are judged,
+    by their names in ``signature`` (whose every parameter then has a type), each with its
+    per-dtype ``(atol, rtol)``. ``make_inputs`` appends the output's gradient dy to the
+    arguments (see :meth:`call`)."""
+
+    @property
+    def parameters(self) -> list[str]:
+        """The names of ``signature``'s parameters that are written with a type."""
+        return re.findall(r"(\w+)\s*:", self.signature.split("(", 1)[1].split(")", 1)[0])
+
+    @property
+    def outputs(self) -> dict[str, dict[torch.dtype, Tolerance]]:
+        """What a call is judged on, by name, each with its tolerances: the function's output
+        ``y``, then the gradient of each argument in ``gradients`` (``dx`` for ``x``)."""
+        return {"y": self.tolerances, **{f"d{name}": tol for name, tol in self.gradients.items()}}
+
+    def arguments(self, inputs: tuple) -> tuple:
+        """The function's arguments among a case's inputs: all of them, but dy for an exercise
+        with gradients."""
+        return inputs[:-1] if self.gradients else inputs
+
+    def call(self, fn, inputs: tuple) -> tuple:
+        """What one call of ``fn`` (the student's function, or the reference) on a case's inputs
+        is judged on, in the order of :attr:`outputs`: the function's output and, with
+        ``gradients``, the gradient that ``backward(dy)`` leaves on each of those arguments, passed
+        as leaves that require grad (None where none arrives)."""
+        args = self.arguments(inputs)
+        if not self.gradients:
+            return (fn(*args),)
+        leaves = {name: a.detach().requires_grad_() for name, a in zip(self.parameters, args) if name in self.gradients}
+        with torch.enable_grad():
+            y = fn(*(leaves.get(name, a) for name, a in zip(self.parameters, args)))
+            if isinstance(y, torch.Tensor) and y.requires_grad:
+                y.backward(inputs[-1])
+        return (y.detach() if isinstance(y, torch.Tensor) else y, *(leaves[name].grad for name in self.gradients))
 
     def cases(self, which: str, device: str) -> tuple[Case, ...]:
         """The ``"visible"`` or ``"hidden"`` cases for ``device``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from . import settings, timing
-from .correctness import compare
+from .correctness import compare_outputs
 from .report import ThroughputResult
 from .spec import Exercise, Throughput
 
@@ -30,10 +30,10 @@ def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
         return ""
     inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), "cpu")
     try:
-        out, moved = count_bytes_moved(fn, *inputs)
+        outs, moved = count_bytes_moved(exercise.call, fn, inputs)
     except Exception:  # it passed its cases; a failure here is not this note's to report
         return ""
-    fewest = exercise.throughput.bytes_moved(inputs, out)
+    fewest = exercise.throughput.bytes_moved(inputs, outs[0])
     if not moved or not fewest:
         return ""
     ratio = moved / fewest
@@ -44,19 +44,21 @@ def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
 
 
 def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
-    """Time ``fn`` against the exercise's PyTorch baseline on the GPU."""
+    """Time ``fn`` against the exercise's PyTorch baseline on the GPU (each a whole
+    :meth:`~autograder.spec.Exercise.call`: the forward and the backward, for an exercise with gradients)."""
     spec = exercise.throughput
     if not torch.cuda.is_available():
         return not_measured()
     input_sets = [exercise.make_inputs(spec.case, torch.Generator().manual_seed(seed + k), "cuda")
                   for k in range(INPUT_SETS)]
     outputs: list = [None] * INPUT_SETS
-    result = timing.compare(fn, exercise.reference, input_sets, keep=outputs)
-    ours, theirs, ceiling, ceiling_name = rates(spec, input_sets[0], outputs[0], result)
+    result = timing.compare(lambda *inputs: exercise.call(fn, inputs),
+                            lambda *inputs: exercise.call(exercise.reference, inputs), input_sets, keep=outputs)
+    ours, theirs, ceiling, ceiling_name = rates(spec, input_sets[0], outputs[0][0], result)
     peak = ours / ceiling
     figures = (result.ratio, spec.threshold, ours, theirs, peak, spec.unit)
-    for inputs, out in zip(input_sets, outputs):  # the timed outputs must be right too
-        problem = compare(out, exercise.reference(*inputs), *exercise.tolerances[spec.case.dtype])
+    for inputs, outs in zip(input_sets, outputs):  # the timed outputs must be right too
+        problem = compare_outputs(exercise, spec.case.dtype, outs, exercise.call(exercise.reference, inputs))
         if problem:
             return ThroughputResult("failed", f"the outputs of the timed runs are wrong:\n{problem}", *figures)
     if peak > SUSPICIOUS_PEAK_FRACTION:

@@ -17,6 +17,8 @@ from conftest import ROOT, venv_env
 
 N = len(exercises.ASSIGNMENTS) + 1
 NEW = f"ps{N}_example"
+FAR = min(N + 3, 9)
+"""A number past the next free one (names have one digit)."""
 
 
 def course(copy: Path, *args: str) -> subprocess.CompletedProcess:
@@ -84,7 +86,7 @@ def test_the_source_notebook_is_valid_and_its_answer_cell_is_the_solution(scaffo
     ("PS7-Example", "'PS7-Example' is not a problem set name: write ps<digit>_<snake_case>"),
     (NEW, f"{NEW} exists already"),
     (f"ps{N}_other", f"ps{N} is taken by {NEW}: the next problem set is ps{N + 1}."),
-    (f"ps{N + 3}_far", f"ps{N + 3} is out of order: the problem sets go ps1 to ps{N}, so the next is ps{N + 1}."),
+    (f"ps{FAR}_far", f"ps{FAR} is out of order: the problem sets go ps1 to ps{N}, so the next is ps{N + 1}."),
     ("ps0_first", "ps0 is out of order"),
     (f"ps{N + 1}_rms_norm", "solutions/rms_norm.py exists already"),  # lesson 1's answer
 ])

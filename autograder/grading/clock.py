@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from .. import timing
-from ..correctness import compare
+from ..correctness import compare_outputs
 from ..report import ThroughputResult
 from ..spec import Exercise
 from . import ipc
@@ -76,8 +76,9 @@ def _totals(parts: torch.Tensor) -> tuple[float, float]:
 
 
 class Batch:
-    """The judge's knowledge of one batch: its seeds, and for each input set the reference's
-    weighted sums under this batch's key; one reference output kept whole."""
+    """The judge's knowledge of one batch: its seeds, and for each input set the weighted sums of
+    the reference's outputs (:meth:`~autograder.spec.Exercise.call`) under this batch's key; one
+    call's reference outputs kept whole."""
 
     def __init__(self, exercise: Exercise, calls: int):
         self.exercise, self.case = exercise, exercise.throughput.case
@@ -86,28 +87,31 @@ class Batch:
         self.sampled = secrets.randbelow(calls)
         self.sums, self.kept = [], None
         for i, seed in enumerate(self.seeds):
-            inputs = self.make(seed)
-            reference = self.exercise.reference(*inputs)
-            self.sums.append(_totals(_launch_sums(reference.contiguous(), self.key)))
-            self.shape, self.dtype = list(reference.shape), reference.dtype
+            references = self.exercise.call(self.exercise.reference, self.make(seed))
+            self.sums.append([_totals(_launch_sums(r.contiguous(), self.key)) for r in references])
+            self.layouts = [(list(r.shape), r.dtype) for r in references]  # in the order of ``outputs``
             if i == self.sampled:
-                self.kept = reference
+                self.kept = references
 
     def make(self, seed: int) -> tuple:
         return self.exercise.make_inputs(self.case, torch.Generator("cuda").manual_seed(seed), "cuda")
 
-    def check(self, sums: list[tuple[float, float]], sampled: torch.Tensor) -> str | None:
-        """Why the batch's outputs are not the reference's, or None."""
-        atol, rtol = self.exercise.tolerances[self.case.dtype]
-        n = math.prod(self.shape)
-        for i, ((got, _), (want, want_abs)) in enumerate(zip(sums, self.sums)):
-            allowed = 2 * (1.5 * atol * n + rtol * want_abs) + 1e-9 * want_abs
-            if not abs(got - want) <= allowed:  # NaN fails too
-                return (f"the outputs of the timed runs are wrong: in call {i + 1} of a batch of {len(sums)}, "
-                        f"a weighted sum of your output is {got:.6g} where the reference's is {want:.6g}. "
-                        "Outputs are read as soon as your function returns: finish all their work (on every "
-                        "stream) before returning, and compute every call from its own inputs.")
-        problem = compare(sampled, self.kept, atol, rtol)
+    def check(self, sums: list[list[tuple[float, float]]], sampled: list[torch.Tensor]) -> str | None:
+        """Why the batch's outputs are not the reference's, or None. ``sums``: each call's weighted
+        sums, one per output; ``sampled``: the sampled call's outputs."""
+        outputs = self.exercise.outputs
+        for i, (got_sums, want_sums) in enumerate(zip(sums, self.sums)):
+            for (name, tolerances), (shape, _), (got, _), (want, want_abs) in zip(
+                    outputs.items(), self.layouts, got_sums, want_sums):
+                atol, rtol = tolerances[self.case.dtype]
+                allowed = 2 * (1.5 * atol * math.prod(shape) + rtol * want_abs) + 1e-9 * want_abs
+                if not abs(got - want) <= allowed:  # NaN fails too
+                    yours = f"your {name}" if len(outputs) > 1 else "your output"
+                    return (f"the outputs of the timed runs are wrong: in call {i + 1} of a batch of {len(sums)}, "
+                            f"a weighted sum of {yours} is {got:.6g} where the reference's is {want:.6g}. "
+                            "Outputs are read as soon as your function returns: finish all their work (on every "
+                            "stream) before returning, and compute every call from its own inputs.")
+        problem = compare_outputs(self.exercise, self.case.dtype, sampled, self.kept)
         return f"the outputs of the timed runs are wrong:\n{problem}" if problem else None
 
 
@@ -133,9 +137,8 @@ class Baseline:
         self._timed(reference, probe, trusted=True)  # compile and warm up
         one, _ = self._timed(reference, probe, trusted=True)
         per_call = one - self._overhead()
-        self.sample = probe.make(probe.seeds[0]), probe.kept  # one call's inputs and output, for the rates
-        nbytes = sum(t.untyped_storage().nbytes() for t in self.sample[0] if isinstance(t, torch.Tensor))
-        nbytes += probe.kept.untyped_storage().nbytes()
+        self.sample = probe.make(probe.seeds[0]), probe.kept[0]  # one call's inputs and output, for the rates
+        nbytes = sum(t.untyped_storage().nbytes() for t in (*self.sample[0], *probe.kept) if isinstance(t, torch.Tensor))
         fits = int(MEMORY_FRACTION * torch.cuda.get_device_properties(0).total_memory // nbytes)
         self.calls = max(1, min(MAX_CALLS, fits, math.ceil(BATCH_S / max(per_call, 1e-6))))
         self.clean = [self._round(reference) for _ in range(CLEAN_ROUNDS)]
@@ -197,23 +200,26 @@ class Baseline:
         try:
             if header.get("problem"):
                 return 0.0, str(header["problem"])
-            outputs = header.get("outputs")
-            if not isinstance(outputs, list) or len(outputs) != len(batch.seeds) or not all(
-                    isinstance(o, dict) and o.get("dtype") == str(batch.dtype).removeprefix("torch.")
-                    and o.get("size") == batch.shape and isinstance(o.get("handle"), str)
-                    and type(o.get("offset")) is int for o in outputs):
-                return 0.0, f"`{self.exercise.function}` did not hand over {len(batch.seeds)} outputs of shape {batch.shape}."
+            outputs, per_call = header.get("outputs"), len(batch.layouts)
+            layouts = batch.layouts * len(batch.seeds)  # call by call, each call's outputs in order
+            if not isinstance(outputs, list) or len(outputs) != len(layouts) or not all(
+                    isinstance(o, dict) and o.get("dtype") == str(dtype).removeprefix("torch.")
+                    and o.get("size") == shape and isinstance(o.get("handle"), str)
+                    and type(o.get("offset")) is int for o, (shape, dtype) in zip(outputs, layouts)):
+                shapes = " and ".join(str(shape) for shape, _ in batch.layouts)
+                return 0.0, f"`{self.exercise.function}` did not hand over {len(batch.seeds)} outputs of shape {shapes}."
             try:
                 with ipc.mapped([o["handle"] for o in outputs]) as tensor:
-                    views = [tensor(o["handle"], o["offset"], batch.dtype, o["size"]) for o in outputs]
+                    views = [tensor(o["handle"], o["offset"], dtype, o["size"]) for o, (_, dtype) in zip(outputs, layouts)]
                     parts = [_launch_sums(v, batch.key) for v in views]
                     torch.cuda.synchronize()
                     seconds = time.perf_counter() - start
-                    sampled = views[batch.sampled].clone()
+                    sampled = [v.clone() for v in views[batch.sampled * per_call:(batch.sampled + 1) * per_call]]
                     torch.cuda.synchronize()
             except ipc.IpcError as error:
                 return 0.0, f"its outputs could not be read ({error})."
-            return seconds, batch.check([_totals(p) for p in parts], sampled)
+            sums = [_totals(p) for p in parts]
+            return seconds, batch.check([sums[i:i + per_call] for i in range(0, len(sums), per_call)], sampled)
         finally:
             if not trusted:
                 side.resume()

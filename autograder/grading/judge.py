@@ -93,7 +93,7 @@ def compile_cache() -> Path:
 
 class Runner:
     """A runner process and the judge's end of its channel. Called with a case's inputs it
-    returns ``(output, problem)`` as :func:`~autograder.correctness.run_cases` wants; once the
+    returns ``(outputs, problem)`` as :func:`~autograder.correctness.run_cases` wants; once the
     process has crashed, hung or broken the protocol, :attr:`ended` says so. It runs in a
     scratch folder of its own, removed when it stops."""
 
@@ -153,9 +153,9 @@ class Runner:
         problem = header.get("problem")
         if problem is not None:
             return None, str(problem)
-        if len(out) != 1:
+        if len(out) != len(self.exercise.outputs):
             return None, "the grading process sent no output for this case."
-        return out[0].to(tensors[0].device if tensors else "cpu"), None
+        return tuple(o.to(tensors[0].device if tensors else "cpu") for o in out), None
 
     def pause(self) -> None:
         self.process.pause()
@@ -198,10 +198,11 @@ class Runner:
 
 
 def _output_bytes(exercise: Exercise, inputs) -> int:
-    """The most output bytes a case may send back: its reference's shape in float64."""
+    """The most output bytes a case may send back: its reference's shapes in float64."""
     try:
-        meta = exercise.reference(*(t.to("meta") if isinstance(t, torch.Tensor) else t for t in inputs))
-        return max(meta.numel(), 1) * 8
+        metas = exercise.call(exercise.reference, tuple(t.to("meta") if isinstance(t, torch.Tensor) else t
+                                                        for t in inputs))
+        return sum(max(meta.numel(), 1) * 8 for meta in metas)
     except Exception:  # an operation without a meta kernel: bound by the inputs instead
         return 64 * sum(t.numel() * 8 for t in inputs if isinstance(t, torch.Tensor)) + (1 << 20)
 

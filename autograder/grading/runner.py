@@ -3,9 +3,10 @@
 It caps its memory, creates its CUDA context, confines itself (:mod:`.confine`), runs the
 notebook's setup and answer cells, and then serves the judge over the channel it was given:
 each request names inputs, the runner calls the student's function on them under the course's
-rules (:func:`autograder.correctness.call_student`) and sends back the output's bytes, or for
-a timed batch the output's device memory (:mod:`.ipc`). It decides nothing: whatever it sends
-is checked by the judge, and anything it leaves out is a failure.
+rules (:func:`autograder.correctness.call_student`) and sends back the outputs' bytes (with
+the gradients, for an exercise that has them), or for a timed batch their device memory
+(:mod:`.ipc`). It decides nothing: whatever it sends is checked by the judge, and anything it
+leaves out is a failure.
 
 ``python -m autograder.grading.runner ANSWER.py EXERCISE FD`` is its entry point, the
 channel being file descriptor FD; with ``--reference`` it serves the exercise's PyTorch
@@ -72,11 +73,11 @@ class Server:
         from ..correctness import GuardZones, call_student, copy_input
         zones = GuardZones() if self.device == "cuda" else None
         given = [copy_input(tensors[a["tensor"]], zones) if "tensor" in a else a["value"] for a in header["args"]]
-        out, problem = call_student(self.exercise, self.fn, tuple(given), str(header.get("label", "a case")),
-                                    self.device, self.earlier, zones, all_threads=True)
+        outs, problem = call_student(self.exercise, self.fn, tuple(given), str(header.get("label", "a case")),
+                                     self.device, self.earlier, zones, all_threads=True)
         if problem is not None:
             return {"problem": problem}, []
-        return {"problem": None}, [out.detach()]
+        return {"problem": None}, [o.detach() for o in outs]
 
     def prepare(self, header: dict, tensors: list):
         """Make a batch's inputs from the judge's seeds, where the timed case lives."""
@@ -90,7 +91,8 @@ class Server:
         return {}, []
 
     def run(self, header: dict, tensors: list):
-        """Call the function on every prepared input, back to back; hand over the outputs."""
+        """Call the function on every prepared input, back to back; hand over the outputs, call
+        by call (each call's in the order of the exercise's ``outputs``)."""
         import torch
 
         from ..guards import watch
@@ -100,12 +102,12 @@ class Server:
         self.outputs = []
         if header.get("audit"):  # the course's rules, on a batch that is not timed
             with watch(self.exercise.allowed_ops, all_threads=True) as record:
-                outs = [self.fn(*inputs) for inputs in self.batch]
+                outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
             from ..correctness import integrity_problem
             if (problem := integrity_problem(self.exercise, record)) is not None:
                 return {"problem": problem}, []
         else:
-            outs = [self.fn(*inputs) for inputs in self.batch]
+            outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
         self.outputs = [o.contiguous() if isinstance(o, torch.Tensor) else o for o in outs]
         torch.cuda.synchronize()
         if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in self.outputs):

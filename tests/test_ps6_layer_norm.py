@@ -1,0 +1,223 @@
+"""Problem set 6, layer norm forward and backward: the reference passes its cases, the inputs are
+what their labels say, every output is judged by name (in this process and by the judge), and
+the classic mistakes fail exactly the cases that expose them."""
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from autograder import check
+from autograder.assignments.ps6_layer_norm import EPS, EXERCISE, layer_norm_inputs
+from autograder.grading import judge as judging
+from autograder.spec import Case
+from solutions.layer_norm import (GROUPS, HIDDEN_CASES, LayerNormFunction, column_sums_kernel, layer_norm,
+                                  layer_norm_fwd_kernel, warps)
+from conftest import DEVICE, ROOT
+
+DEV = DEVICE.device
+SEED = 0  # fixed inputs: which cases a wrong kernel fails must not depend on the draw
+VISIBLE = EXERCISE.cases("visible", DEV)
+
+
+def failed_labels(fn, which="visible"):
+    result = check(EXERCISE, fn, seed=SEED, cases=which, measure_throughput=False, verbose=False)
+    return {c.label for c in result.cases if not c.passed}, result
+
+
+def labels(pick, cases=VISIBLE):
+    return {c.label for c in cases if pick(c)}
+
+
+def messages(result) -> str:
+    return "\n".join(c.message for c in result.cases)
+
+
+# --- the reference ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["visible", "hidden"])
+def test_reference_passes_every_case(which):
+    failed, result = failed_labels(layer_norm, which)
+    assert not failed, result.summary()
+
+
+def test_hidden_cases_repeat_a_case_and_cover_every_kind():
+    for device in ("cpu", "cuda"):
+        hidden = HIDDEN_CASES[device]
+        assert len(hidden) > len(set(hidden))  # the same case twice: fresh data each time
+        assert {c.values for c in hidden} == {"normal", "large"} and any(c.strided for c in hidden)
+        assert any(c.shape[0] == 1 for c in hidden) and any(c.shape[0] > GROUPS for c in hidden)
+
+
+def test_a_call_is_judged_on_the_output_and_every_gradient():
+    assert list(EXERCISE.outputs) == ["y", "dx", "dw", "db"]
+    x, w, b, dy = layer_norm_inputs(Case((5, 37)), torch.Generator().manual_seed(0), "cpu")
+    y, dx, dw, db = EXERCISE.call(EXERCISE.reference, (x.double(), w.double(), b.double(), dy.double()))
+    x, w, dy = x.double(), w.double(), dy.double()  # F.layer_norm's autograd gives the notebook's formulas
+    mean = lambda t: t.mean(dim=1, keepdim=True)  # noqa: E731
+    rstd = torch.rsqrt(mean((x - mean(x)) ** 2) + EPS)
+    x_hat, g = (x - mean(x)) * rstd, w * dy
+    torch.testing.assert_close(y, x_hat * w + b.double())
+    torch.testing.assert_close(dx, rstd * (g - mean(g) - x_hat * mean(x_hat * g)))
+    torch.testing.assert_close(dw, (dy * x_hat).sum(dim=0))
+    torch.testing.assert_close(db, dy.sum(dim=0))
+
+
+# --- the inputs are what the labels say ------------------------------------------------------
+
+
+def test_every_third_row_is_constant_and_its_mean_exact_in_float32():
+    x, w, b, dy = layer_norm_inputs(Case((9, 1000), values="large"), torch.Generator().manual_seed(0), DEV)
+    constant = x[2::3]
+    assert (constant == constant[:, :1]).all() and (x[0] != x[0, 0]).any()
+    rows = constant.float()
+    assert torch.equal(rows.sum(dim=1) / 1000, rows[:, 0])  # so x − mean = 0 exactly, as in float64
+    y, dx, _, _ = EXERCISE.call(layer_norm, (x, w, b, dy))
+    torch.testing.assert_close(y[2::3], b.expand(3, -1))  # x̂ = 0
+    assert dx[2::3].abs().max() > 100  # rstd = 1/sqrt(eps) = 316
+
+
+def test_strided_x_and_dy_have_different_row_strides():
+    x, w, b, dy = layer_norm_inputs(Case((6, 50), strided=True), torch.Generator().manual_seed(0), DEV)
+    assert x.shape == dy.shape == (6, 50) and w.shape == b.shape == (50,)
+    assert x.stride() == (50 + 25 + 3, 1) and dy.stride() == (2 * 50 + 5, 1)
+
+
+# --- wrong versions ------------------------------------------------------------------------
+
+# What the backward does differently (constexpr globals: a kernel may read no other kind).
+RIGHT, NO_MEAN_TERM, DB_PER_PROGRAM, RACY_DW = (tl.constexpr(i) for i in range(4))
+
+
+@triton.jit
+def _variant_bwd_kernel(dx_ptr, partial_ptr, db_ptr, x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, x_row_stride,
+                        dy_row_stride, n_rows, n_cols, rows_per_program, BLOCK_SIZE: tl.constexpr,
+                        MODE: tl.constexpr):
+    program = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    inside = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    dw_sum = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
+    db_sum = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
+    first = program.to(tl.int64) * rows_per_program
+    for row in range(first, tl.minimum(first + rows_per_program, n_rows)):
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=inside, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        x_hat = tl.where(inside, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+        w_dy = w * dy
+        dx = rstd * (w_dy - x_hat * (tl.sum(x_hat * w_dy, axis=0) / n_cols))
+        if MODE != NO_MEAN_TERM:
+            dx = dx - rstd * (tl.sum(w_dy, axis=0) / n_cols)
+        tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
+        dw_sum += dy * x_hat
+        db_sum += dy
+    sums = partial_ptr + program.to(tl.int64) * 2 * n_cols + cols
+    if MODE == RACY_DW:  # every program into row 0: load, add, store
+        tl.store(partial_ptr + cols, tl.load(partial_ptr + cols, mask=inside) + dw_sum, mask=inside)
+    else:
+        tl.store(sums, dw_sum, mask=inside)
+    if MODE == DB_PER_PROGRAM:  # straight into db: each program overwrites the one before
+        tl.store(db_ptr + cols, db_sum.to(db_ptr.dtype.element_ty), mask=inside)
+    else:
+        tl.store(sums + n_cols, db_sum, mask=inside)
+
+
+def _variant(mode=RIGHT):
+    """The reference with its backward kernel replaced by ``_variant_bwd_kernel`` in ``mode``;
+    racy: one program per row, into a zeroed buffer."""
+    class Variant(LayerNormFunction):
+        @staticmethod
+        def backward(ctx, dy):
+            x, w, mean, rstd = ctx.saved_tensors
+            n_rows, n_cols = x.shape
+            rows_per_program = 1 if mode is RACY_DW else triton.cdiv(n_rows, GROUPS)
+            programs = triton.cdiv(n_rows, rows_per_program)
+            dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+            partial = torch.zeros((programs, 2 * n_cols), dtype=torch.float32, device=x.device)
+            sums, db = torch.empty(2 * n_cols, dtype=w.dtype, device=w.device), torch.empty_like(w)
+            block = triton.next_power_of_2(n_cols)
+            _variant_bwd_kernel[(programs,)](dx, partial, db, x, dy, w, mean, rstd, x.stride(0), dy.stride(0), n_rows,
+                                             n_cols, rows_per_program, BLOCK_SIZE=block, MODE=mode.value,
+                                             num_warps=warps(block))
+            column_sums_kernel[(triton.cdiv(2 * n_cols, 64),)](sums, partial, programs, 2 * n_cols,
+                                                               BLOCK_ROWS=32, BLOCK_COLS=64)
+            return dx, sums[:n_cols], db if mode is DB_PER_PROGRAM else sums[n_cols:]
+
+    def layer_norm(x, w, b):
+        return Variant.apply(x, w, b)
+    return layer_norm
+
+
+def test_the_variant_kernel_itself_is_right():
+    assert failed_labels(_variant())[0] == set()
+
+
+def test_a_missing_mean_term_fails_every_case_and_names_dx_alone():
+    # dx is off by rstd · mean(w·dy) in every row: 316 · w·dy in a one-column row, where dx is 0.
+    failed, result = failed_labels(_variant(NO_MEAN_TERM))
+    assert failed == labels(lambda c: True)
+    text = messages(result)
+    assert "dx: " in text and not any(f"{name}: " in text for name in ("y", "dw", "db"))
+
+
+def test_db_not_summed_across_programs_fails_every_case_of_more_than_one_row():
+    # The last program's rows alone; with one row there is one program, and its sum is db.
+    failed, result = failed_labels(_variant(DB_PER_PROGRAM))
+    assert failed == labels(lambda c: c.shape[0] > 1)
+    assert all(c.message.startswith("db: ") and "\ndw: " not in c.message for c in result.cases if not c.passed)
+
+
+def test_a_load_add_store_of_dw_across_programs_is_reported_as_a_race():
+    # In the interpreter the programs run one at a time, so the sums come out right; the check
+    # reports program 1's load of the row program 0 stored.
+    failed, result = failed_labels(_variant(RACY_DW))
+    assert failed == labels(lambda c: c.shape[0] > 1)
+    assert all("your kernel has a race: program (1, 0, 0) loaded element" in c.message
+               for c in result.cases if not c.passed), result.summary()
+
+
+def test_an_output_outside_autograd_gets_no_gradient():
+    _, result = failed_labels(lambda x, w, b: layer_norm(x.detach(), w.detach(), b.detach()))
+    assert all("`layer_norm`'s backward gave no gradient for x" in c.message for c in result.cases)
+
+
+class _DbByPyTorch(LayerNormFunction):
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dw, _ = LayerNormFunction.backward(ctx, dy)
+        return dx, dw, dy.sum(dim=0)
+
+
+@pytest.mark.parametrize("cheat", [lambda x, w, b: F.layer_norm(x, (x.shape[1],), w, b, EPS),
+                                   lambda x, w, b: _DbByPyTorch.apply(x, w, b)], ids=["F.layer_norm", "db_by_sum"])
+def test_pytorch_shortcuts_fail_in_either_pass(cheat):
+    _, result = failed_labels(cheat)
+    assert all("computed with PyTorch" in c.message for c in result.cases), result.summary()
+
+
+# --- the judge grades every output, as the self-check does -----------------------------------
+
+
+@pytest.mark.parametrize("edit", [None, ("along_x_hat - tl.sum(w_dy, axis=0) / n_cols)", "along_x_hat)")],
+                         ids=["reference", "no_mean_term"])
+def test_the_judge_and_check_agree_on_every_output(tmp_path, monkeypatch, edit):
+    source = ROOT / "source" / EXERCISE.name / f"{EXERCISE.name}.ipynb"
+    nb = nbformat.read(source, as_version=4)
+    cell, = [c for c in nb.cells if c.metadata.get("course", {}).get("role") == "solution"]
+    answer = cell.source if edit is None else cell.source.replace(*edit)
+    assert edit is None or answer != cell.source
+    cell.source = answer
+    nbformat.write(nb, tmp_path / source.name)
+    answer_file = tmp_path / "answer.py"  # Triton reads a kernel's source from its file
+    answer_file.write_text(answer)
+    namespace = {"torch": torch, "triton": triton, "tl": tl}
+    exec(compile(answer, str(answer_file), "exec"), namespace)
+    mine = check(EXERCISE, namespace["layer_norm"], measure_throughput=False, verbose=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(judging.ISOLATE_VAR, "1")
+    judged = judging.grade_notebook(EXERCISE, cases="visible", measure_throughput=False)
+    assert [(c.label, c.passed) for c in mine.cases] == [(c.label, c.passed) for c in judged.cases]
+    assert all(c.message.startswith("dx: ") for c in judged.cases if not c.passed), judged.summary()
