@@ -293,25 +293,51 @@ def show_out_of_bounds(error: guards.OutOfBoundsAccess) -> None:
 
 
 def count_bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
-    """Call ``fn`` (which launches kernels, in the interpreter) and count the bytes all its
-    launches loaded and stored, lane by lane, masked-off lanes not counted: its result and that
-    count. Unlike :func:`trace` it runs on the real arguments, with the bounds check on."""
-    total = 0
+    """Call ``fn`` (which launches kernels, in the interpreter) and count the bytes its launches
+    would move through a GPU's memory: its result and that count. Masked-off lanes move nothing,
+    and lanes of one load that address the same element move it once. A program that loads an
+    element again moves it again (three passes over a row, x read
+    twice); an element that other programs of the launch loaded first costs nothing more (a
+    bias, a broadcast row, a weight every row reads: a GPU serves those from its cache). Every
+    stored lane counts. Unlike :func:`trace` it runs on the real arguments, bounds check on."""
+    from triton.runtime.interpreter import interpreter_builder
+
+    stored = 0
+    loads: list[tuple[np.ndarray, int, int]] = []  # (addresses, program key, bytes each)
+    launches = 0
 
     def on_launch(names, values):
+        nonlocal launches
         values, check = guards.bounds_check(names, values)
+        launch, launches = launches, launches + 1
 
         def counted(kind, ptrs, mask):
-            nonlocal total
+            nonlocal stored
             width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
             lanes = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data))
-            total += int(lanes.sum()) * width * (2 if kind == "atomic" else 1)
+            if kind != "load":  # a store, or an atomic's write
+                stored += int(lanes.sum()) * width
+            if kind != "store":
+                program = hash((launch, *(int(i) for i in interpreter_builder.grid_idx)))
+                # lanes of one load that share an address are one transaction on a GPU
+                loads.append((np.unique(np.asarray(ptrs.data, dtype=np.uint64)[lanes]), program, width))
             return check(kind, ptrs, mask) if check else (ptrs, mask)
         return values, counted
 
     with guards.interpreter_launches(on_launch):
         out = fn(*args, **kwargs)
-    return out, total
+    return out, stored + _first_readers_bytes(loads)
+
+
+def _first_readers_bytes(loads: list[tuple[np.ndarray, int, int]]) -> int:
+    """The bytes of the load lanes made by the first program to load each address."""
+    if not loads:
+        return 0
+    addresses = np.concatenate([a for a, _, _ in loads])
+    programs = np.concatenate([np.full(a.size, p, np.int64) for a, p, _ in loads])
+    widths = np.concatenate([np.full(a.size, w, np.int64) for a, _, w in loads])
+    unique, first, inverse = np.unique(addresses, return_index=True, return_inverse=True)
+    return int(widths[programs == programs[first][inverse]].sum())
 
 
 class _Recorder:

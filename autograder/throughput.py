@@ -23,10 +23,13 @@ def not_measured(traffic: str = "") -> ThroughputResult:
 def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
     """For a memory-bound exercise, in the interpreter: the bytes ``fn``'s kernels moved on
     ``case`` against the fewest the operation must move, and what that ratio would cost on a
-    GPU (where such a kernel's time is its bytes over the memory bandwidth)."""
+    GPU (where such a kernel's time is its bytes over the memory bandwidth). None for an
+    exercise with gradients: their sums across programs go through a buffer that is small next
+    to the rows at a GPU's sizes but not at the interpreter's, so the count would blame a good
+    kernel."""
     from .memory_trace import count_bytes_moved, format_bytes
 
-    if exercise.throughput is None or exercise.throughput.bytes_moved is None:
+    if exercise.throughput is None or exercise.throughput.bytes_moved is None or exercise.gradients:
         return ""
     inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed), "cpu")
     try:

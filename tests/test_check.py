@@ -359,3 +359,12 @@ def test_without_a_gpu_the_throughput_line_counts_the_bytes_the_kernels_moved(tw
 
     message = check("vector_add", add, verbose=False).throughput.message
     assert message.startswith("not measured: needs a GPU") and words in message
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's traffic count (no GPU)")
+def test_an_exercise_with_gradients_gets_no_traffic_note():
+    # its partial sums' buffer is small next to the rows at a GPU's sizes, not at the CPU's
+    from autograder import exercises, throughput
+    from solutions.layer_norm import layer_norm
+    spec = exercises.get("ps6_layer_norm")
+    assert spec.gradients and throughput.traffic_note(spec, layer_norm, 0, spec.cases("visible", "cpu")[-1]) == ""

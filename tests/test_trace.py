@@ -163,6 +163,31 @@ def test_three_passes_over_a_row_load_it_three_times():
     assert thrice.traffic_ratio == 2.0  # (3 + 1) / (1 + 1)
 
 
+
+@triton.jit
+def add_row_bias(x_ptr, b_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    row = tl.program_id(0) * n_cols
+    every_lane_reads_b0 = tl.load(b_ptr + cols * 0, mask=cols < n_cols)  # one address, BLOCK lanes
+    x = tl.load(x_ptr + row + cols, mask=cols < n_cols)
+    tl.store(out_ptr + row + cols, x + tl.load(b_ptr + cols, mask=cols < n_cols) + every_lane_reads_b0,
+             mask=cols < n_cols)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="counts interpreted launches")
+def test_the_bytes_a_gpu_would_move_count_a_programs_rereads_but_not_shared_operands():
+    from autograder.memory_trace import count_bytes_moved
+    rows, cols = 4, 100
+    x, out = torch.randn(rows, cols), torch.empty(rows, cols)
+    row_bytes = F32 * rows * cols
+    _, once = count_bytes_moved(lambda: softmax_one_pass[(rows,)](x, out, cols, BLOCK=128))
+    _, thrice = count_bytes_moved(lambda: softmax_three_passes[(rows,)](x, out, cols, BLOCK=32))
+    assert (once, thrice) == (2 * row_bytes, 4 * row_bytes)  # a program's own re-reads cost again
+    # b, read by every program, crosses once: a GPU's cache serves the others. b[0], which all
+    # lanes of one load read, is one element; program 0 reads it in two loads, so twice.
+    _, biased = count_bytes_moved(lambda: add_row_bias[(rows,)](x, torch.randn(cols), out, cols, BLOCK=128))
+    assert biased == 2 * row_bytes + F32 * cols + F32
+
 def test_a_matmul_tile_loop_rereads_its_operands_once_per_tile():
     M, N, K, BM, BN, BK = 32, 48, 64, 16, 16, 16
     a, b = torch.randn(M, K, device=DEV), torch.randn(K, N, device=DEV)
