@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +63,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report drift, change nothing")
     args = parser.parse_args(argv)
-    changed = [a for a in assignments() if sync(a, write=not args.check)]
+    names = assignments()
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:  # one nbgrader process each
+        changed = [a for a, c in zip(names, pool.map(lambda a: sync(a, write=not args.check), names)) if c]
     for a in changed:
         print(("drifted: " if args.check else "updated: ") + str(student_path(a).relative_to(ROOT)))
     return 1 if (changed and args.check) else 0

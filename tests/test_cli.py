@@ -31,10 +31,6 @@ def test_a_wrong_command_is_named(capsys):
     assert "no command 'grades'" in capsys.readouterr().err
 
 
-def test_sync_check_passes_on_the_repository():
-    assert cli.main(["sync", "--check"]) == 0
-
-
 def test_sync_writes_the_source_notebooks_before_the_student_versions_and_fails_when_any_fails(monkeypatch):
     from autograder import notebook_sync, settings, student_versions
     calls = []
