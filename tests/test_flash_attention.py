@@ -16,6 +16,7 @@ from autograder.lesson_exercises.l08_attention import EXERCISE as STEP
 from autograder.kernels.flash_attention import LOG2_E, attention, naive_attention
 
 from conftest import DEVICE
+import kit
 from solutions.attention_step import attention_step
 
 DEV = DEVICE.device
@@ -154,13 +155,12 @@ def flawed(**flaw):
 
 
 def failed_labels(fn) -> set[str]:
-    result = check(EXERCISE, fn, measure_throughput=False, verbose=False)
-    return {c.label for c in result.cases if not c.passed}
+    return kit.failed_labels(EXERCISE, fn, seed=None)[0]
 
 
 def visible(condition) -> set[str]:
     """The labels of the visible cases that meet ``condition``: never none, or a flaw could hide."""
-    labels = {c.label for c in EXERCISE.cases("visible", DEV) if condition(c)}
+    labels = kit.labels(EXERCISE.cases("visible", DEV), condition)
     assert labels, "no visible case to catch this flaw"
     return labels
 

@@ -1,6 +1,4 @@
 """Lesson 1's RMS-norm exercise: the classic mistakes fail it, the notebook's stub says "not written yet"."""
-import importlib.util
-
 import nbformat
 import numpy as np
 import torch
@@ -10,6 +8,7 @@ import triton.language as tl
 from autograder import check
 from autograder.lesson_exercises.l01_rms_norm import EXERCISE
 from conftest import DEVICE, ROOT
+from kit import assert_not_written, labels, load_stub
 
 NOTEBOOK = ROOT / "notebooks" / "01_ninja_gap.ipynb"
 CASES = EXERCISE.cases("visible", DEVICE.device)
@@ -71,16 +70,8 @@ def test_squares_left_in_float16_fail_the_large_float16_case():
     assert not {c.label for c in CASES if c.dtype == torch.float32} & set(wrong)
 
 
-def test_the_notebook_stub_is_reported_as_not_written(tmp_path):
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    stub, = [c for c in nb.cells if "exercise-stub" in c.metadata.get("tags", [])]
-    module_file = tmp_path / "stub.py"  # a file: @triton.jit reads the kernel's source with inspect
-    module_file.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + stub.source)
-    spec = importlib.util.spec_from_file_location("lesson1_stub", module_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    wrong = failed(module.rms_norm)
-    assert set(wrong) == {c.label for c in CASES}
-    assert all("not written yet" in message for message in wrong.values())
+def test_the_notebook_stub_is_reported_as_not_written():
+    result = assert_not_written(EXERCISE, load_stub(NOTEBOOK).rms_norm)
+    assert labels(result.cases) == labels(CASES)
     # The answer stays out of the notebook.
-    assert not any("tl.sum(x * x, axis=0) / n_cols" in c.source for c in nb.cells)
+    assert not any("tl.sum(x * x, axis=0) / n_cols" in c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells)

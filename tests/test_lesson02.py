@@ -1,5 +1,4 @@
 """Lesson 2's exercise: the check fails the classic mistakes and the notebook's stub says so."""
-import nbformat
 import pytest
 import torch
 import triton
@@ -8,6 +7,9 @@ import triton.language as tl
 from autograder import check
 from autograder.lesson_exercises.l02_reverse import EXERCISE
 from conftest import DEVICE, ROOT
+from kit import assert_not_written, load_stub, notebook_stub
+
+NOTEBOOK = ROOT / "notebooks" / "02_block_programming_model.ipynb"
 
 
 @triton.jit
@@ -52,15 +54,6 @@ def test_an_unmasked_load_is_caught_on_ragged_sizes_only():
     assert all("out of bounds" in c.message for c in cases if not c.passed)
 
 
-def test_the_notebook_stub_is_reported_as_not_written(tmp_path):
-    import importlib.util
-
-    nb = nbformat.read(ROOT / "notebooks" / "02_block_programming_model.ipynb", as_version=4)
-    stub, = [c for c in nb.cells if "exercise-stub" in c.metadata.get("tags", [])]
-    module_file = tmp_path / "stub.py"  # a file: @triton.jit reads the kernel's source with inspect
-    module_file.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + stub.source)
-    spec = importlib.util.spec_from_file_location("lesson2_stub", module_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert all("not written yet" in c.message for c in result(module.reverse).cases)
-    assert "n_elements - 1 - offsets" not in stub.source  # the answer stays out of the notebook
+def test_the_notebook_stub_is_reported_as_not_written():
+    assert_not_written(EXERCISE, load_stub(NOTEBOOK).reverse)
+    assert "n_elements - 1 - offsets" not in notebook_stub(NOTEBOOK)  # the answer stays out of the notebook

@@ -1,7 +1,4 @@
 """Lesson 4's log-softmax exercise: wrong kernels fail it, the notebook's stub says "not written yet"."""
-import importlib.util
-
-import nbformat
 import numpy as np
 import pytest
 import torch
@@ -12,6 +9,7 @@ from autograder import check
 from autograder.lesson_exercises.l04_fused_softmax import EXERCISE, LARGE_LOGIT
 
 from conftest import DEVICE, ROOT
+from kit import assert_not_written, load_stub, notebook_code
 
 DEV = DEVICE.device
 NOTEBOOK = ROOT / "notebooks" / "04_fused_softmax.ipynb"
@@ -91,26 +89,10 @@ def test_an_equivalent_rewrite_passes():
     assert result.correct, result.summary()
 
 
-def _notebook_stub():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    stubs = [c.source for c in nb.cells if c.cell_type == "code" and 'NotImplementedError("write me")' in c.source]
-    assert len(stubs) == 1, "the notebook should hold exactly one exercise stub"
-    return stubs[0]
-
-
-def test_the_notebook_stub_reports_not_written_yet(tmp_path):
-    # @triton.jit reads its function's source file, so the stub is imported from a file.
-    path = tmp_path / "stub.py"
-    path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + _notebook_stub())
-    spec = importlib.util.spec_from_file_location("lesson4_stub", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = run(module.log_softmax)
-    assert not any(c.passed for c in result.cases)
-    assert all("not written yet" in c.message for c in result.cases)
+def test_the_notebook_stub_reports_not_written_yet():
+    assert_not_written(EXERCISE, load_stub(NOTEBOOK).log_softmax)
 
 
 def test_the_notebook_does_not_contain_the_solution():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    code = "\n".join(notebook_code(NOTEBOOK))
     assert "tl.log(" not in code and "solutions.log_softmax" not in code

@@ -1,6 +1,5 @@
 """Lesson 6: the buggy add_bias the notebook hands out fails its check, and fixing exactly its
 two bugs makes it pass; each bug alone also fails, and only on the cases it should."""
-import importlib.util
 import inspect
 
 import nbformat
@@ -11,6 +10,7 @@ import solutions.add_bias as reference
 from autograder import check
 from autograder.exercises import get
 from conftest import DEVICE, ROOT
+from kit import NOTEBOOK_IMPORTS, edited, load_source
 
 NOTEBOOK = ROOT / "notebooks" / "06_debugging_kernels.ipynb"
 EXERCISE = "lesson6_add_bias"
@@ -29,21 +29,13 @@ def stub_source() -> str:
     return stubs[0]
 
 
-def load(source: str, tmp_path, name: str):
+def load(source: str, name: str):
     """``add_bias`` from ``source``, imported from a file (Triton reads a kernel's source)."""
-    path = tmp_path / f"{name}.py"
-    path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.add_bias
+    return load_source(NOTEBOOK_IMPORTS + source, name).add_bias
 
 
 def fixed(source: str, *bugs) -> str:
-    for buggy, good in bugs:
-        assert buggy in source, f"the stub no longer contains {buggy!r}"
-        source = source.replace(buggy, good)
-    return source
+    return edited(source, *bugs, what="the stub")
 
 
 # A buggy kernel reads uninitialised memory (the gaps between a strided view's rows, unwritten
@@ -63,24 +55,24 @@ def run(fn):
     return check(EXERCISE, fn, seed=6, measure_throughput=False, verbose=False)
 
 
-def test_the_stub_fails_every_case_with_a_mismatch_table(tmp_path):
-    result = run(load(stub_source(), tmp_path, "stub"))
+def test_the_stub_fails_every_case_with_a_mismatch_table():
+    result = run(load(stub_source(), "stub"))
     assert not any(case.passed for case in result.cases), result.summary()
     assert all("elements differ" in case.message for case in result.cases), result.summary()
 
 
-def test_fixing_the_two_bugs_passes(tmp_path):
-    result = run(load(fixed(stub_source(), MASK_BUG, STRIDE_BUG), tmp_path, "stub_fixed"))
+def test_fixing_the_two_bugs_passes():
+    result = run(load(fixed(stub_source(), MASK_BUG, STRIDE_BUG), "stub_fixed"))
     assert result.correct, result.summary()
 
 
-def test_the_mask_bug_alone_fails_every_case(tmp_path):
-    result = run(load(fixed(stub_source(), STRIDE_BUG), tmp_path, "stub_mask_bug"))
+def test_the_mask_bug_alone_fails_every_case():
+    result = run(load(fixed(stub_source(), STRIDE_BUG), "stub_mask_bug"))
     assert not any(case.passed for case in result.cases), result.summary()
 
 
-def test_the_stride_bug_alone_fails_exactly_the_strided_cases(tmp_path):
-    result = run(load(fixed(stub_source(), MASK_BUG), tmp_path, "stub_stride_bug"))
+def test_the_stride_bug_alone_fails_exactly_the_strided_cases():
+    result = run(load(fixed(stub_source(), MASK_BUG), "stub_stride_bug"))
     strided = ["strided" in case.label for case in result.cases]
     passed = [case.passed for case in result.cases]
     assert any(strided) and passed == [not s for s in strided], result.summary()
@@ -100,8 +92,8 @@ def test_the_stub_differs_from_the_solution_only_by_its_bugs():
 
 
 @pytest.mark.parametrize("bugs", [(), (MASK_BUG,), (STRIDE_BUG,)], ids=["both", "stride", "mask"])
-def test_no_buggy_version_reaches_outside_its_tensors(tmp_path, bugs):
+def test_no_buggy_version_reaches_outside_its_tensors(bugs):
     # The stub also runs on a GPU, where nothing checks addresses: its bugs must stay in bounds.
     # In the interpreter the course's bounds check would turn a stray access into this message.
-    result = run(load(fixed(stub_source(), *bugs), tmp_path, "stub_variant"))
+    result = run(load(fixed(stub_source(), *bugs), "stub_variant"))
     assert not any("out of bounds" in case.message for case in result.cases), result.summary()

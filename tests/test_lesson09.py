@@ -1,9 +1,7 @@
 """Lesson 9's RMSNorm backward: every kernel against PyTorch's autograd on awkward shapes,
 gradcheck in float64, wrong backwards failing the declared checks, and the exercise."""
 import functools
-import importlib.util
 
-import nbformat
 import numpy as np
 import pytest
 import torch
@@ -15,10 +13,11 @@ from autograder.kernels.rms_norm_backward import (EPS, GROUPS, RMSNorm, RMSNormF
                                                   rms_norm_backward, rms_norm_backward_atomic, rms_norm_dw,
                                                   rms_norm_dx, rms_norm_forward, sum_rows_kernel)
 from autograder.lesson_exercises.l09_backward import EXERCISE as GRAD
-from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, EXERCISE as DX, layer_grads
+from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, EXERCISE as DX
 from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES, EXERCISE as DW
 
 from conftest import DEVICE, ROOT
+from kit import assert_grads, assert_not_written, layer_inputs, load_stub, notebook_code
 
 DEV = DEVICE.device
 NOTEBOOK = ROOT / "notebooks" / "09_backward_passes.ipynb"
@@ -32,22 +31,6 @@ STRATEGIES = {  # name -> the backward, (x, w, r, dy) -> (dx, dw)
     "(c) default groups": rms_norm_backward,
     "(b) atomics": rms_norm_backward_atomic,
 }
-
-
-def layer_inputs(shape, dtype, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    m, n = shape
-    x, dy = torch.randn(m, n, generator=generator), torch.randn(m, n, generator=generator)
-    w = torch.randn(n, generator=generator)
-    return tuple(t.to(DEV, dtype) for t in (x, w, dy))
-
-
-def assert_grads(dx, dw, x, w, dy):
-    """dx and dw in the inputs' dtype, within the declared tolerances of float64 autograd."""
-    assert dx.dtype == x.dtype and dw.dtype == w.dtype and dx.shape == x.shape and dw.shape == w.shape
-    dx_ref, dw_ref = layer_grads(x.double(), w.double(), dy.double())
-    torch.testing.assert_close(dx.double(), dx_ref, atol=DX_TOLERANCES[x.dtype][0], rtol=DX_TOLERANCES[x.dtype][1])
-    torch.testing.assert_close(dw.double(), dw_ref, atol=DW_TOLERANCES[x.dtype][0], rtol=DW_TOLERANCES[x.dtype][1])
 
 
 # --- the lesson's kernels ---------------------------------------------------------------------
@@ -279,25 +262,12 @@ def test_the_exercise_catches_a_missing_eps_and_a_missing_mean_term():
     assert not any(c.passed for c in no_mean.cases), no_mean.summary()
 
 
-def _notebook_code() -> list[str]:
-    return [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
-
-
-def test_the_notebook_stub_reports_not_written_yet(tmp_path):
-    stubs = [c for c in _notebook_code() if 'NotImplementedError("write me")' in c]
-    assert len(stubs) == 1, "the notebook should hold exactly one exercise stub"
-    path = tmp_path / "stub.py"  # @triton.jit reads its function's source file
-    path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + stubs[0])
-    spec = importlib.util.spec_from_file_location("lesson9_stub", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = check(GRAD, module.rms_norm_grad, seed=0, verbose=False)
-    assert not any(c.passed for c in result.cases)
-    assert all("not written yet" in c.message for c in result.cases)
+def test_the_notebook_stub_reports_not_written_yet():
+    assert_not_written(GRAD, load_stub(NOTEBOOK).rms_norm_grad)
 
 
 def test_the_notebook_does_not_contain_the_solution():
-    code = "\n".join(_notebook_code())
+    code = "\n".join(notebook_code(NOTEBOOK))
     lines = {line.strip() for line in code.splitlines()}
     solution = (ROOT / "solutions" / "rms_norm_grad.py").read_text()
     body = solution.split("# --- notebook cell: rms_norm_grad ---")[1]
@@ -308,6 +278,6 @@ def test_the_notebook_does_not_contain_the_solution():
 
 
 def test_the_notebook_asks_every_lesson_nine_question():
-    code = "\n".join(_notebook_code())
+    code = "\n".join(notebook_code(NOTEBOOK))
     ours = [q for q in quiz.load_quizzes()["questions"] if q.startswith("q9")]
     assert len(ours) >= 3 and all(f'ask("{q}")' in code for q in ours)

@@ -2,11 +2,9 @@
 implementation on meta tensors, opcheck, torch.compile with fullgraph=True), the fused dropout
 (reproducible for a seed, right in distribution), and the exercise: its backward, wrong versions
 failing."""
-import importlib.util
 import math
 import warnings
 
-import nbformat
 import pytest
 import torch
 import triton
@@ -17,31 +15,17 @@ from autograder.kernels import rms_norm_op
 from autograder.kernels.dropout import dropout, uniform
 from autograder.kernels.rms_norm_backward import EPS, naive_rms_norm_layer, rms_norm_forward
 from autograder.lesson_exercises.l10_dropout_backward import EXERCISE as DROPOUT_BACKWARD
-from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, layer_grads
-from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES
+from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES
 from solutions.dropout_backward import dropout_backward
 
 from conftest import DEVICE, ROOT
+from kit import assert_grads, assert_not_written, layer_inputs, load_stub, notebook_code
 
 DEV = DEVICE.device
 NOTEBOOK = ROOT / "notebooks" / "10_pytorch_ops.ipynb"
 SHAPES = [(1, 1), (3, 7), (5, 129), (40, 33)]
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.has_gpu else [])  # no bf16 in the interpreter
 COMPILER = "inductor" if DEVICE.has_gpu else "aot_eager"
-
-
-def layer_inputs(shape, dtype, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    m, n = shape
-    x, dy, w = torch.randn(m, n, generator=generator), torch.randn(m, n, generator=generator), torch.randn(n, generator=generator)
-    return tuple(t.to(DEV, dtype) for t in (x, w, dy))
-
-
-def assert_grads(dx, dw, x, w, dy):
-    assert dx.dtype == x.dtype and dw.dtype == w.dtype and dx.shape == x.shape and dw.shape == w.shape
-    dx_ref, dw_ref = layer_grads(x.double(), w.double(), dy.double())
-    torch.testing.assert_close(dx.double(), dx_ref, atol=DX_TOLERANCES[x.dtype][0], rtol=DX_TOLERANCES[x.dtype][1])
-    torch.testing.assert_close(dw.double(), dw_ref, atol=DW_TOLERANCES[x.dtype][0], rtol=DW_TOLERANCES[x.dtype][1])
 
 
 # --- the operator ---------------------------------------------------------------------------------
@@ -293,25 +277,12 @@ def test_a_copy_of_a_strided_dy_or_a_mask_from_pytorch_is_reported():
 
 # --- the notebook ---------------------------------------------------------------------------------
 
-def _notebook_code() -> list[str]:
-    return [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
-
-
-def test_the_notebook_stub_reports_not_written_yet(tmp_path):
-    stubs = [c for c in _notebook_code() if 'NotImplementedError("write me")' in c]
-    assert len(stubs) == 1, "the notebook should hold exactly one exercise stub"
-    path = tmp_path / "stub.py"  # @triton.jit reads its function's source file
-    path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + stubs[0])
-    spec = importlib.util.spec_from_file_location("lesson10_stub", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = check(DROPOUT_BACKWARD, module.dropout_backward, seed=0, verbose=False)
-    assert not any(c.passed for c in result.cases)
-    assert all("not written yet" in c.message for c in result.cases)
+def test_the_notebook_stub_reports_not_written_yet():
+    assert_not_written(DROPOUT_BACKWARD, load_stub(NOTEBOOK).dropout_backward)
 
 
 def test_the_notebook_does_not_contain_the_solution():
-    code = "\n".join(_notebook_code())
+    code = "\n".join(notebook_code(NOTEBOOK))
     lines = {line.strip() for line in code.splitlines()}
     body = (ROOT / "solutions" / "dropout_backward.py").read_text().split("# --- notebook cell: dropout_backward ---")[1]
     arithmetic = [line.strip() for line in body.splitlines()
@@ -322,6 +293,6 @@ def test_the_notebook_does_not_contain_the_solution():
 
 
 def test_the_notebook_asks_every_lesson_ten_question():
-    code = "\n".join(_notebook_code())
+    code = "\n".join(notebook_code(NOTEBOOK))
     ours = [q for q in quiz.load_quizzes()["questions"] if q.startswith("q10")]
     assert len(ours) >= 3 and all(f'ask("{q}")' in code for q in ours)

@@ -5,11 +5,11 @@ import torch
 import triton
 import triton.language as tl
 
-from autograder import check
 from autograder.assignments.ps1_broadcast_add import (BROADCAST_ADD_OPS, EXERCISE, BroadcastCase,
                                                       broadcast_inputs)
 from solutions.broadcast_add import add, broadcast_add_kernel
 from conftest import DEVICE
+import kit
 
 DEV = DEVICE.device
 TILE = 64  # the reference's BLOCK_M and BLOCK_N, which the wrong versions below keep
@@ -20,14 +20,13 @@ def visible():
 
 
 def failed_labels(fn, cases="visible"):
-    result = check(EXERCISE, fn, measure_throughput=False, verbose=False, cases=cases)
-    return {c.label for c in result.cases if not c.passed}, result
+    return kit.failed_labels(EXERCISE, fn, cases, seed=None)
 
 
 def labels(predicate):
     """Labels of the visible cases whose (case, x, y) satisfy ``predicate``."""
     g = torch.Generator().manual_seed(0)
-    return {case.label for case in visible() if predicate(case, *EXERCISE.make_inputs(case, g, DEV))}
+    return kit.labels(visible(), lambda case: predicate(case, *EXERCISE.make_inputs(case, g, DEV)))
 
 
 # --- the reference -----------------------------------------------------------------------------

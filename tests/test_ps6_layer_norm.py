@@ -12,9 +12,10 @@ from autograder import check
 from autograder.assignments.ps6_layer_norm import EPS, EXERCISE, layer_norm_inputs
 from autograder.grading import judge as judging
 from autograder.spec import Case
-from solutions.layer_norm import (GROUPS, HIDDEN_CASES, LayerNormFunction, column_sums_kernel, layer_norm,
-                                  layer_norm_fwd_kernel, warps)
+from solutions.layer_norm import GROUPS, HIDDEN_CASES, LayerNormFunction, layer_norm
 from conftest import DEVICE, ROOT
+import kit
+from kit import mutant
 
 DEV = DEVICE.device
 SEED = 0  # fixed inputs: which cases a wrong kernel fails must not depend on the draw
@@ -22,12 +23,11 @@ VISIBLE = EXERCISE.cases("visible", DEV)
 
 
 def failed_labels(fn, which="visible"):
-    result = check(EXERCISE, fn, seed=SEED, cases=which, measure_throughput=False, verbose=False)
-    return {c.label for c in result.cases if not c.passed}, result
+    return kit.failed_labels(EXERCISE, fn, which, seed=SEED)
 
 
-def labels(pick, cases=VISIBLE):
-    return {c.label for c in cases if pick(c)}
+def labels(pick):
+    return kit.labels(VISIBLE, pick)
 
 
 def messages(result) -> str:
@@ -85,79 +85,20 @@ def test_strided_x_and_dy_have_different_row_strides():
     assert x.stride() == (50 + 25 + 3, 1) and dy.stride() == (2 * 50 + 5, 1)
 
 
-# --- wrong versions ------------------------------------------------------------------------
+# --- wrong versions: the reference with one edit ---------------------------------------------
 
-# What the backward does differently (constexpr globals: a kernel may read no other kind).
-RIGHT, NO_MEAN_TERM, DB_PER_PROGRAM, RACY_DW = (tl.constexpr(i) for i in range(4))
-
-
-@triton.jit
-def _variant_bwd_kernel(dx_ptr, partial_ptr, db_ptr, x_ptr, dy_ptr, w_ptr, mean_ptr, rstd_ptr, x_row_stride,
-                        dy_row_stride, n_rows, n_cols, rows_per_program, BLOCK_SIZE: tl.constexpr,
-                        MODE: tl.constexpr):
-    program = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_SIZE)
-    inside = cols < n_cols
-    w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    dw_sum = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
-    db_sum = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
-    first = program.to(tl.int64) * rows_per_program
-    for row in range(first, tl.minimum(first + rows_per_program, n_rows)):
-        x = tl.load(x_ptr + row * x_row_stride + cols, mask=inside, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=inside, other=0.0).to(tl.float32)
-        rstd = tl.load(rstd_ptr + row)
-        x_hat = tl.where(inside, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
-        w_dy = w * dy
-        dx = rstd * (w_dy - x_hat * (tl.sum(x_hat * w_dy, axis=0) / n_cols))
-        if MODE != NO_MEAN_TERM:
-            dx = dx - rstd * (tl.sum(w_dy, axis=0) / n_cols)
-        tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=inside)
-        dw_sum += dy * x_hat
-        db_sum += dy
-    sums = partial_ptr + program.to(tl.int64) * 2 * n_cols + cols
-    if MODE == RACY_DW:  # every program into row 0: load, add, store
-        tl.store(partial_ptr + cols, tl.load(partial_ptr + cols, mask=inside) + dw_sum, mask=inside)
-    else:
-        tl.store(sums, dw_sum, mask=inside)
-    if MODE == DB_PER_PROGRAM:  # straight into db: each program overwrites the one before
-        tl.store(db_ptr + cols, db_sum.to(db_ptr.dtype.element_ty), mask=inside)
-    else:
-        tl.store(sums + n_cols, db_sum, mask=inside)
-
-
-def _variant(mode=RIGHT):
-    """The reference with its backward kernel replaced by ``_variant_bwd_kernel`` in ``mode``;
-    racy: one program per row, into a zeroed buffer."""
-    class Variant(LayerNormFunction):
-        @staticmethod
-        def backward(ctx, dy):
-            x, w, mean, rstd = ctx.saved_tensors
-            n_rows, n_cols = x.shape
-            rows_per_program = 1 if mode is RACY_DW else triton.cdiv(n_rows, GROUPS)
-            programs = triton.cdiv(n_rows, rows_per_program)
-            dx = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-            partial = torch.zeros((programs, 2 * n_cols), dtype=torch.float32, device=x.device)
-            sums, db = torch.empty(2 * n_cols, dtype=w.dtype, device=w.device), torch.empty_like(w)
-            block = triton.next_power_of_2(n_cols)
-            _variant_bwd_kernel[(programs,)](dx, partial, db, x, dy, w, mean, rstd, x.stride(0), dy.stride(0), n_rows,
-                                             n_cols, rows_per_program, BLOCK_SIZE=block, MODE=mode.value,
-                                             num_warps=warps(block))
-            column_sums_kernel[(triton.cdiv(2 * n_cols, 64),)](sums, partial, programs, 2 * n_cols,
-                                                               BLOCK_ROWS=32, BLOCK_COLS=64)
-            return dx, sums[:n_cols], db if mode is DB_PER_PROGRAM else sums[n_cols:]
-
-    def layer_norm(x, w, b):
-        return Variant.apply(x, w, b)
-    return layer_norm
-
-
-def test_the_variant_kernel_itself_is_right():
-    assert failed_labels(_variant())[0] == set()
+NO_MEAN_TERM = ("along_x_hat - tl.sum(w_dy, axis=0) / n_cols)", "along_x_hat)")
+# db not summed across programs: the last program's rows alone.
+DB_PER_PROGRAM = ("return dx, sums[:n], sums[n:]", "return dx, sums[:n], partial[-1, n:].to(w.dtype)")
+# dw by a load, add and store of every program into row 0 of a zeroed buffer.
+RACY_DW = [("tl.store(sums, dw_sum, mask=inside)",
+            "tl.store(partial_ptr + cols, tl.load(partial_ptr + cols, mask=inside) + dw_sum, mask=inside)"),
+           ("partial = torch.empty((programs, 2 * n)", "partial = torch.zeros((programs, 2 * n)")]
 
 
 def test_a_missing_mean_term_fails_every_case_and_names_dx_alone():
     # dx is off by rstd · mean(w·dy) in every row: 316 · w·dy in a one-column row, where dx is 0.
-    failed, result = failed_labels(_variant(NO_MEAN_TERM))
+    failed, result = failed_labels(mutant("layer_norm", NO_MEAN_TERM).layer_norm)
     assert failed == labels(lambda c: True)
     text = messages(result)
     assert "dx: " in text and not any(f"{name}: " in text for name in ("y", "dw", "db"))
@@ -165,7 +106,7 @@ def test_a_missing_mean_term_fails_every_case_and_names_dx_alone():
 
 def test_db_not_summed_across_programs_fails_every_case_of_more_than_one_row():
     # The last program's rows alone; with one row there is one program, and its sum is db.
-    failed, result = failed_labels(_variant(DB_PER_PROGRAM))
+    failed, result = failed_labels(mutant("layer_norm", DB_PER_PROGRAM).layer_norm)
     assert failed == labels(lambda c: c.shape[0] > 1)
     assert all(c.message.startswith("db: ") and "\ndw: " not in c.message for c in result.cases if not c.passed)
 
@@ -173,7 +114,7 @@ def test_db_not_summed_across_programs_fails_every_case_of_more_than_one_row():
 def test_a_load_add_store_of_dw_across_programs_is_reported_as_a_race():
     # In the interpreter the programs run one at a time, so the sums come out right; the check
     # reports program 1's load of the row program 0 stored.
-    failed, result = failed_labels(_variant(RACY_DW))
+    failed, result = failed_labels(mutant("layer_norm", *RACY_DW).layer_norm)
     assert failed == labels(lambda c: c.shape[0] > 1)
     assert all("your kernel has a race: program (1, 0, 0) loaded element" in c.message
                for c in result.cases if not c.passed), result.summary()
@@ -201,7 +142,7 @@ def test_pytorch_shortcuts_fail_in_either_pass(cheat):
 # --- the judge grades every output, as the self-check does -----------------------------------
 
 
-@pytest.mark.parametrize("edit", [None, ("along_x_hat - tl.sum(w_dy, axis=0) / n_cols)", "along_x_hat)")],
+@pytest.mark.parametrize("edit", [None, NO_MEAN_TERM],
                          ids=["reference", "no_mean_term"])
 def test_the_judge_and_check_agree_on_every_output(tmp_path, monkeypatch, edit):
     source = ROOT / "source" / EXERCISE.name / f"{EXERCISE.name}.ipynb"
