@@ -336,7 +336,7 @@ def _first_readers_bytes(loads: list[tuple[np.ndarray, int, int]]) -> int:
     addresses = np.concatenate([a for a, _, _ in loads])
     programs = np.concatenate([np.full(a.size, p, np.int64) for a, p, _ in loads])
     widths = np.concatenate([np.full(a.size, w, np.int64) for a, _, w in loads])
-    unique, first, inverse = np.unique(addresses, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(addresses, return_index=True, return_inverse=True)
     return int(widths[programs == programs[first][inverse]].sum())
 
 
