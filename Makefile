@@ -9,8 +9,9 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 lab: env
 	$(VENV)/bin/jupyter lab $(LAB_ARGS)
 
+# Test modules run side by side, a worker per core (PYTEST_ARGS=-n0: one after another).
 test: env
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n auto --dist loadfile $(PYTEST_ARGS)
 
 env:
 	bash scripts/setup_env.sh

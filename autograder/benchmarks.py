@@ -208,6 +208,21 @@ def _matmul() -> Sweep:
         atol=0.5, rtol=1e-2)
 
 
+def _tma_matmul(dtype: torch.dtype) -> Sweep:
+    def make(n, device):
+        return tuple(torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+
+    return Sweep(
+        name=f"tma_matmul_{dtype_name(dtype)}", title=f"Persistent TMA matmul, {dtype_name(dtype)}, square",
+        solution="autograder.kernels.persistent_matmul", function="tma_matmul", baseline="torch.matmul",
+        reference=torch.matmul, make_inputs=make, sizes=(1024, 2048, 4096, 8192), size_name="n (n×n×n)",
+        label=lambda n: f"{n}³", dtype=dtype, flops=lambda n: 2 * n**3,
+        # lesson 11's goal (issue 25): cuBLAS's speed at the two large sizes
+        goals=(Goal(4096, ratio=1.0), Goal(8192, ratio=1.0)),
+        # as _matmul: both round each output once (bfloat16: 2^-8 relative, under rtol)
+        atol=0.5, rtol=1e-2)
+
+
 def _attention(causal: bool) -> Sweep:
     B, H, D = ATTENTION_BATCH, ATTENTION_HEADS, ATTENTION_HEAD_DIM
 
@@ -237,7 +252,7 @@ def _attention(causal: bool) -> Sweep:
 
 SWEEPS: dict[str, Sweep] = {s.name: s for s in (
     _vector_add(), _softmax(torch.float32), _softmax(torch.bfloat16), _online_softmax(), _matmul(),
-    _attention(causal=False), _attention(causal=True))}
+    _tma_matmul(torch.float16), _tma_matmul(torch.bfloat16), _attention(causal=False), _attention(causal=True))}
 """Every sweep, in the order the benchmark runs them."""
 
 MATMUL_DTYPES = tuple(dict.fromkeys(s.dtype for s in SWEEPS.values() if s.flops is not None))

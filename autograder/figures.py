@@ -21,6 +21,9 @@ Where the figures come from:
   folds its figures into figures.json; then sync.
 - :data:`DERIVED`: arithmetic on those (a ratio, a share of the copy bandwidth, the time some
   bytes take at a measured rate).
+- the declarations, not a measurement: ``<exercise>.threshold``, the throughput threshold an
+  exercise declares (``<!--fig:ps1_broadcast_add.threshold:g-->0.8×<!--/fig-->``), so prose that
+  quotes a threshold follows a change to it in one sync.
 """
 from __future__ import annotations
 
@@ -138,6 +141,7 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         if name in figs:
             raise ValueError(f"{_relative(registry)}: {name} is also a figure of {_relative(results)}")
         figs[name] = Figure(**entry)
+    figs |= _declared()
     for name, (unit, formula) in DERIVED.items():
         used = []
 
@@ -151,6 +155,15 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         inputs = [figs[n] for n in used]
         figs[name] = Figure(number, unit, max(f.date for f in inputs), inputs[0].card, "derived from " + ", ".join(used))
     return figs
+
+
+def _declared() -> dict[str, Figure]:
+    """Each exercise's throughput threshold, as its declaration sets it."""
+    from . import exercises
+
+    return {f"{ex.name}.threshold": Figure(ex.throughput.threshold, "×", "declared", "any",
+                                           f"the declaration of {ex.name}")
+            for ex in exercises.EXERCISES.values() if ex.throughput is not None}
 
 
 def fill(text: str, figs: dict[str, Figure] | None = None, where: str = "") -> str:

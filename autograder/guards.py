@@ -9,6 +9,7 @@ switch it off: it explains honest mistakes, and grading's points never rest on i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import _thread
 import os
@@ -16,7 +17,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import torch
@@ -39,7 +39,8 @@ class KernelTimeout(TimeoutError):
 
 
 class OutOfBoundsAccess(IndexError):
-    """A kernel run by the interpreter loaded or stored outside every tensor it was given. It
+    """A kernel run by the interpreter loaded or stored outside the tensor its pointer was
+    computed from (even where another argument's memory lies there). It
     reaches the caller itself, not wrapped in Triton's ``InterpreterError``, and a notebook shows
     it in two lines: the sentence, then the kernel's line that made the access."""
 
@@ -298,42 +299,113 @@ def time_limit(seconds: float, what: str):
 # The interpreter dereferences raw host pointers, so a store past the end of a tensor
 # corrupts the Python process (seen: "double free or corruption", then the kernel dies).
 # One patch of the interpreter shows each launch's host arguments, then each of its loads,
-# stores and atomics, to a watcher: by default the bounds check below, which checks every
-# active address against the storages of the launch's tensor arguments; while
-# :func:`autograder.trace` runs, its recorder (:mod:`autograder.memory_trace`).
+# stores and atomics, to a watcher: by default the bounds check below, which gives each tensor
+# argument an address window of its own and checks every active lane against the tensor its
+# pointer was computed from; while :func:`autograder.trace` runs, its recorder
+# (:mod:`autograder.memory_trace`), on the same windows.
+
+def window(k: int) -> int:
+    """Where tensor argument ``k``'s storage starts for the kernel: 1 TiB of free addresses on
+    either side, and no window at or near address 0 (a null pointer belongs to no argument)."""
+    return (2 * k + 3) << 40
+
 
 @dataclass(frozen=True)
-class _Region:
+class Placed:
+    """A tensor argument of an interpreted launch, as its window shows it to the kernel."""
+
     name: str
-    start: int
-    end: int
-    itemsize: int
+    """The kernel's parameter name; ``name[i]`` for the tensors of a tuple argument."""
+    tensor: torch.Tensor
+    """The real tensor, whose storage the kernel's accesses are translated to."""
+    dtype: torch.dtype
+    """The dtype the kernel sees (a reinterpreting wrapper's, else the tensor's)."""
+
+    @property
+    def storage(self) -> torch.UntypedStorage:
+        return self.tensor.untyped_storage()
 
 
-def _tensor_regions(names, args) -> list[_Region] | None:
-    from triton.tools.tensor_descriptor import TensorDescriptor
+@dataclass(frozen=True)
+class Lanes:
+    """One access's lanes (flat), each attributed to the argument whose window it lies in."""
 
-    regions = []
-    for name, arg in zip(names, args):
-        if isinstance(arg, TensorDescriptor):
-            arg = arg.base  # its loads and stores address the base tensor
-        if isinstance(arg, torch.Tensor):
-            storage = arg.untyped_storage()
-            regions.append(_Region(name, storage.data_ptr(), storage.data_ptr() + storage.nbytes(),
-                                   arg.element_size()))
-        elif hasattr(arg, "data_ptr") or isinstance(arg, tuple):
-            return None  # wrapped tensors and tuples of tensors: not tracked, so not checked
-    return regions
+    argument: np.ndarray
+    """Index into :attr:`Windows.tensors`; -1 for a lane in no argument's window."""
+    offset: np.ndarray
+    """Bytes from the start of that argument's storage (the raw address where -1)."""
+    active: np.ndarray
+    """Not masked off."""
+    inside: np.ndarray
+    """Within its argument's storage: the lanes that may run."""
+    width: int
+    """Bytes per lane."""
+
+
+class Windows:
+    """Each tensor argument of one interpreted launch at an address window of its own
+    (:func:`window`), 2 TiB from the next: the kernel's pointer arithmetic runs on window
+    addresses, and each access is translated back to the storage of the argument it was
+    computed from. A lane that strays past its tensor lands in no argument's memory, even where
+    the real storages lie side by side, so it is caught where a check of real addresses would
+    find it inside a neighbour."""
+
+    def __init__(self, names: list[str], values: list):
+        self.tensors: list[Placed] = []
+        self.values = [self._place(name, value) for name, value in zip(names, values)]
+        # one entry per argument, and a last one (index -1) for lanes in no argument's window
+        self._windows = np.array([window(k) for k in range(len(self.tensors))] + [0], dtype=np.int64)
+        self._starts = np.array([t.storage.data_ptr() for t in self.tensors] + [0], dtype=np.int64)
+        self._sizes = np.array([t.storage.nbytes() for t in self.tensors] + [0], dtype=np.int64)
+
+    def _place(self, name: str, value):
+        from triton.runtime.jit import TensorWrapper
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        if isinstance(value, TensorDescriptor):  # its loads and stores address the base tensor
+            return dataclasses.replace(value, base=self._place(name, value.base))
+        if isinstance(value, tuple):
+            items = [self._place(f"{name}[{i}]", v) for i, v in enumerate(value)]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        if not hasattr(value, "data_ptr"):
+            return value
+        tensor = value.base if isinstance(value, TensorWrapper) else value
+        self.tensors.append(Placed(name, tensor, value.dtype))
+        placed = TensorWrapper(tensor, value.dtype)
+        address = window(len(self.tensors) - 1) + tensor.storage_offset() * tensor.element_size()
+        placed.data_ptr = lambda: address  # what the kernel's pointer arithmetic starts from
+        return placed
+
+    def lanes(self, ptrs, mask) -> Lanes:
+        address = np.asarray(ptrs.data, dtype=np.uint64).ravel()
+        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
+        width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
+        argument = (address >> 41).astype(np.int64) - 1  # the inverse of window()
+        argument[(argument < 0) | (argument >= len(self.tensors))] = -1
+        offset = address.astype(np.int64) - self._windows[argument]
+        inside = (argument >= 0) & (offset >= 0) & (offset + width <= self._sizes[argument])
+        return Lanes(argument, offset, active, inside, width)
+
+    def real(self, lanes: Lanes, ptrs):
+        """The pointers and mask to run with: real addresses, and the lanes outside their
+        argument masked off."""
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+
+        shape = np.shape(ptrs.data)
+        address = np.where(lanes.inside, self._starts[lanes.argument] + lanes.offset, 0).astype(np.uint64)
+        return (TensorHandle(address.reshape(shape), ptrs.dtype),
+                TensorHandle((lanes.active & lanes.inside).reshape(shape), tl.int1))
 
 
 class _Stores:
     """Which program of one launch last stored each element of its tensor arguments: a load of an
     element another program stored is a race (:class:`DataRace`)."""
 
-    def __init__(self, regions: list[_Region]):
-        self.regions, self.owners, self.programs, self.atomics = regions, {}, {}, False
+    def __init__(self, windows: Windows):
+        self.windows, self.owners, self.programs, self.atomics = windows, {}, {}, False
 
-    def see(self, kind: str, active: np.ndarray, within: list[np.ndarray]) -> None:
+    def see(self, kind: str, lanes: Lanes) -> None:
         from triton.runtime.interpreter import interpreter_builder
 
         self.atomics |= kind == "atomic"  # atomics order programs in ways this does not follow
@@ -341,23 +413,24 @@ class _Stores:
             return
         program = tuple(int(i) for i in interpreter_builder.grid_idx)
         me = self.programs.setdefault(program, len(self.programs))
-        for r, lanes in zip(self.regions, within):
-            if not lanes.any():
+        for k in np.unique(lanes.argument[lanes.active]):
+            placed = self.windows.tensors[k]
+            itemsize = placed.tensor.element_size()
+            elements = lanes.offset[lanes.active & (lanes.argument == k)] // itemsize
+            key = placed.storage.data_ptr()  # by storage: two arguments may view the same memory
+            if kind == "store":
+                if key not in self.owners:
+                    self.owners[key] = np.full(placed.storage.nbytes() // itemsize, -1, np.int32)
+                self.owners[key][elements] = me
                 continue
-            elements = (active[lanes] - r.start) // r.itemsize
-            if kind == "store":  # by storage: two arguments may view the same memory
-                if r.start not in self.owners:
-                    self.owners[r.start] = np.full((r.end - r.start) // r.itemsize, -1, np.int32)
-                self.owners[r.start][elements] = me
+            if key not in self.owners:
                 continue
-            if r.start not in self.owners:
-                continue
-            others = self.owners[r.start][elements]
+            others = self.owners[key][elements]
             clash = np.flatnonzero((others >= 0) & (others != me))
             if clash.size:
                 writer = list(self.programs)[others[clash[0]]]
                 raise DataRace(
-                    f"program {program} loaded element {int(elements[clash[0]])} of `{r.name}`, which program "
+                    f"program {program} loaded element {int(elements[clash[0]])} of `{placed.name}`, which program "
                     f"{writer} of the same launch had stored ({clash.size} such lanes in this load). On a GPU a "
                     "launch's programs run at the same time, in no set order, so that load may see the value "
                     "before the store or after it: when it feeds a store of its own (load, add, store) one "
@@ -366,45 +439,49 @@ class _Stores:
                     "and a second kernel.")
 
 
-def _check_addresses(regions: list[_Region], stores: _Stores, kind: str, ptrs, mask):
-    addresses = np.asarray(ptrs.data, dtype=np.uint64)
-    active = addresses[np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)]
-    if active.size == 0:
-        return ptrs, mask
-    width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
-    within = [(active >= r.start) & (active + width <= r.end) for r in regions]
-    inside = np.logical_or.reduce(within)
-    if inside.all():
-        stores.see(kind, active, within)
-        return ptrs, mask
+def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes) -> OutOfBoundsAccess:
     from triton.runtime.interpreter import interpreter_builder
 
-    first = int(active[~inside][0])
-    hits = [int(w.sum()) for w in within]
-    if max(hits) > 0:  # the tensor the access's other lanes address is the one it was meant for
-        meant = regions[hits.index(max(hits))]
-        where = f"fall outside `{meant.name}`, the tensor its other lanes address"
-    else:
-        meant = min(regions, key=lambda r: r.start - first if first < r.start else max(first - r.end + 1, 0))
-        where = f"address no tensor passed to the kernel (the nearest is `{meant.name}`)"
-    offset = (first - meant.start) // meant.itemsize
-    size = (meant.end - meant.start) // meant.itemsize
-    before = f", {-offset} before its start" if offset < 0 else ""
+    stray = lanes.active & ~lanes.inside
+    first = int(np.flatnonzero(stray)[0])
+    k = int(lanes.argument[first])
     call = "atomic_add" if kind == "atomic" else kind
+    count = f"{int(stray.sum())} of {int(lanes.active.sum())} active lanes"
+    if k < 0:
+        where = (f"{count} address no tensor passed to the kernel (the first, {int(lanes.offset[first]):#x}, lies "
+                 "far from every argument: a pointer made from an integer, or an offset of terabytes)")
+    else:
+        placed = windows.tensors[k]
+        itemsize = placed.tensor.element_size()
+        offset = int(lanes.offset[first]) // itemsize
+        size = placed.storage.nbytes() // itemsize
+        before = f", {-offset} before its start" if offset < 0 else ""
+        where = (f"{count} fall outside `{placed.name}`, the tensor their pointer was computed from; the first is "
+                 f"element {offset} of `{placed.name}`{before}, whose memory holds {size} "
+                 f"element{'s' if size != 1 else ''}")
     error = OutOfBoundsAccess(
-        f"out-of-bounds {kind} in program {tuple(interpreter_builder.grid_idx)}: "
-        f"{int((~inside).sum())} of {active.size} active lanes {where}; the first is element {offset} of "
-        f"`{meant.name}`{before}, whose memory holds {size} element{'s' if size != 1 else ''}. Guard the "
+        f"out-of-bounds {kind} in program {tuple(interpreter_builder.grid_idx)}: {where}. Guard the "
         f"access with a mask (e.g. tl.{call}(..., mask=offsets < n_elements)).")
     error.program = tuple(int(i) for i in interpreter_builder.grid_idx)
-    raise error
+    return error
 
 
 def bounds_check(names: list[str], values: list):
-    """The default watcher of interpreted launches (below): each access checked against the
-    storages of the launch's tensor arguments, and each load against the other programs' stores."""
-    regions = _tensor_regions(names, values)
-    return values, (partial(_check_addresses, regions, _Stores(regions)) if regions else None)
+    """The default watcher of interpreted launches (below): each tensor argument in a window of
+    its own, each access checked against the tensor it was computed from, and each load against
+    the other programs' stores."""
+    windows = Windows(names, values)
+    if not windows.tensors:
+        return values, None
+    stores = _Stores(windows)
+
+    def check(kind: str, ptrs, mask):
+        lanes = windows.lanes(ptrs, mask)
+        if not (lanes.inside | ~lanes.active).all():
+            raise _out_of_bounds(windows, kind, lanes)
+        stores.see(kind, lanes)
+        return windows.real(lanes, ptrs)
+    return windows.values, check
 
 
 _on_launch = bounds_check

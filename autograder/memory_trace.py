@@ -63,12 +63,6 @@ SECTOR = 32
 it asked for over the bytes of the 32-byte sectors it touched."""
 
 
-def _window(k):
-    """Where argument ``k``'s storage starts for the kernel: 1 TiB of free addresses on either
-    side, and no window at or near address 0 (a null pointer belongs to no argument)."""
-    return (2 * k + 3) << 40
-
-
 @dataclass(frozen=True)
 class Argument:
     """A tensor argument of the traced launch."""
@@ -313,6 +307,8 @@ def count_bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
 
         def counted(kind, ptrs, mask):
             nonlocal stored
+            if check:
+                ptrs, mask = check(kind, ptrs, mask)  # real addresses: arguments that share memory share them
             width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
             lanes = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data))
             if kind != "load":  # a store, or an atomic's write
@@ -321,7 +317,7 @@ def count_bytes_moved(fn, *args, **kwargs) -> tuple[object, int]:
                 program = hash((launch, *(int(i) for i in interpreter_builder.grid_idx)))
                 # lanes of one load that share an address are one transaction on a GPU
                 loads.append((np.unique(np.asarray(ptrs.data, dtype=np.uint64)[lanes]), program, width))
-            return check(kind, ptrs, mask) if check else (ptrs, mask)
+            return ptrs, mask
         return values, counted
 
     with guards.interpreter_launches(on_launch):
@@ -341,62 +337,31 @@ def _first_readers_bytes(loads: list[tuple[np.ndarray, int, int]]) -> int:
 
 
 class _Recorder:
-    """Gives the launch's tensor arguments their windows and records each access, dropping
-    the lanes outside their argument's storage."""
+    """Places the launch's tensor arguments in their windows (:class:`guards.Windows`) and
+    records each access, dropping the lanes outside their argument's storage."""
 
     def __init__(self):
         self.arguments: list[Argument] = []
         self.accesses: list[Access] = []
-        self.storages: list[tuple[int, int]] = []
-        """Each argument's storage: its real address and its bytes."""
 
     def launch(self, names: list[str], values: list):
-        placed = [self._place(name, value) for name, value in zip(names, values)]
-        # one entry per argument, and a last one (index -1) for lanes in no argument's window
-        self.windows = np.array([_window(k) for k in range(len(self.arguments))] + [0], dtype=np.int64)
-        self.starts, self.sizes = np.array(self.storages + [(0, 0)], dtype=np.int64).T
+        self.windows = guards.Windows(names, values)
+        self.arguments = [Argument(t.name, tuple(t.tensor.shape), tuple(t.tensor.stride()),
+                                   str(t.dtype).removeprefix("torch."), t.tensor.element_size(),
+                                   t.tensor.storage_offset()) for t in self.windows.tensors]
         self.firsts = np.array([a.storage_offset * a.itemsize for a in self.arguments] + [0], dtype=np.int64)
-        return placed, self.access
-
-    def _place(self, name: str, value):
-        from triton.runtime.jit import TensorWrapper
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        if isinstance(value, TensorDescriptor):
-            return dataclasses.replace(value, base=self._place(name, value.base))
-        if isinstance(value, tuple):
-            return _retuple(value, [self._place(f"{name}[{i}]", v) for i, v in enumerate(value)])
-        if not hasattr(value, "data_ptr"):
-            return value
-        tensor = value.base if isinstance(value, TensorWrapper) else value
-        itemsize, offset = tensor.element_size(), tensor.storage_offset()
-        self.arguments.append(Argument(name, tuple(tensor.shape), tuple(tensor.stride()),
-                                       str(value.dtype).removeprefix("torch."), itemsize, offset))
-        self.storages.append((tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes()))
-        placed = TensorWrapper(tensor, value.dtype)
-        address = _window(len(self.arguments) - 1) + offset * itemsize
-        placed.data_ptr = lambda: address  # what the kernel's pointer arithmetic starts from
-        return placed
+        return self.windows.values, self.access
 
     def access(self, kind: str, ptrs, mask):
-        import triton.language as tl
-        from triton.runtime.interpreter import TensorHandle, interpreter_builder
+        from triton.runtime.interpreter import interpreter_builder
 
-        shape = np.shape(ptrs.data)
-        address = np.asarray(ptrs.data, dtype=np.uint64).ravel()
-        active = np.broadcast_to(np.asarray(mask.data, dtype=bool), shape).ravel()
-        width = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
-        argument = (address >> 41).astype(np.int64) - 1  # the inverse of _window
-        argument[(argument < 0) | (argument >= len(self.arguments))] = -1
-        offset = address.astype(np.int64) - self.windows[argument]  # from the storage's start
-        inside = (argument >= 0) & (offset >= 0) & (offset + width <= self.sizes[argument])
+        lanes = self.windows.lanes(ptrs, mask)
         program = tuple(int(i) for i in interpreter_builder.grid_idx)
-        for k in np.unique(argument):
-            lanes = argument == k
-            self.accesses.append(Access(program, kind, int(k), offset[lanes] - self.firsts[k], active[lanes], width))
-        real = np.where(inside, self.starts[argument] + offset, 0).astype(np.uint64)
-        return (TensorHandle(real.reshape(shape), ptrs.dtype),
-                TensorHandle((active & inside).reshape(shape), tl.int1))
+        for k in np.unique(lanes.argument):
+            mine = lanes.argument == k
+            self.accesses.append(Access(program, kind, int(k), lanes.offset[mine] - self.firsts[k],
+                                        lanes.active[mine], lanes.width))
+        return self.windows.real(lanes, ptrs)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,7 @@
-"""Shared set-up: pick the device before any kernel is defined (interpreter on the CPU)."""
+"""Shared set-up: pick the device before any kernel is defined (interpreter on the CPU), and
+share the machine between pytest-xdist's workers (`make test` runs modules side by side)."""
+import contextlib
+import fcntl
 import os
 import sys
 from pathlib import Path
@@ -12,12 +15,53 @@ DEVICE = autograder.setup_device(verbose=False)
 
 
 def pytest_collection_modifyitems(config, items):
+    _hand_out_modules(items)
     if DEVICE.has_gpu:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run on the device machine (results/gpu/)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _hand_out_modules(items) -> None:
+    """The order pytest-xdist (``--dist loadfile``: each module whole to one worker) hands
+    modules out in: those with a ``slow`` test first, ``alone`` modules last, each module's tests
+    in order, so the run neither ends on a long module nor leaves a core idle early while an
+    ``alone`` module waits for the machine."""
+    rank = {}
+    for item in items:
+        module = item.module.__name__
+        rank[module] = min(rank.get(module, 1), 0 if item.get_closest_marker("slow") else 1)
+        if item.get_closest_marker("alone"):
+            rank[module] = 2
+    items.sort(key=lambda item: rank[item.module.__name__])  # stable: order within a rank kept
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per CPU core, at most four; none on a GPU, whose timings must not
+    share the card with another test."""
+    return 0 if DEVICE.has_gpu else min(4, len(os.sched_getaffinity(0)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def machine_share(request, tmp_path_factory):
+    """Under pytest-xdist, a module marked ``alone`` (it times something on this machine) runs
+    with no other module beside it; the others share the machine. A waiting ``alone`` module
+    holds the turnstile, so modules that start later queue behind it instead of starving it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    locks = tmp_path_factory.getbasetemp().parent  # one folder for all of the run's workers
+    alone = request.node.get_closest_marker("alone") is not None
+    with contextlib.ExitStack() as held:  # closing a file releases its lock
+        turnstile = held.enter_context(open(locks / "turnstile.lock", "a"))
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        machine = held.enter_context(open(locks / "machine.lock", "a"))
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
 
 
 def venv_env(**extra) -> dict:

@@ -10,12 +10,17 @@ as the tests import ``conftest``).
   edits applied, loaded as a fresh module, so a wrong version is the reference with one edit;
   :func:`edited` applies such edits to any source.
 - Lessons 9 and 10's RMSNorm layer: :func:`layer_inputs` and :func:`assert_grads`.
+- A copy of the course to change: :func:`course_copy` (the repository's files, as a clone would
+  have them) and :func:`in_copy` (a Python command run in it, importing the copy's packages).
 
 Source is always loaded from a file (:func:`load_source`): ``@triton.jit`` reads a kernel's
 source through ``inspect``, which needs one.
 """
 import importlib.util
 import itertools
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,7 +30,7 @@ import torch
 from autograder import check
 from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, layer_grads
 from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES
-from conftest import DEVICE, ROOT
+from conftest import DEVICE, ROOT, venv_env
 
 STUB_MARK = 'NotImplementedError("write me'  # "write me" or "write me: <what to do>"
 NOTEBOOK_IMPORTS = "import torch\nimport triton\nimport triton.language as tl\n\n"  # what a stub cell assumes
@@ -135,3 +140,23 @@ def assert_grads(dx, dw, x, w, dy):
     dx_ref, dw_ref = layer_grads(x.double(), w.double(), dy.double())
     torch.testing.assert_close(dx.double(), dx_ref, atol=DX_TOLERANCES[x.dtype][0], rtol=DX_TOLERANCES[x.dtype][1])
     torch.testing.assert_close(dw.double(), dw_ref, atol=DW_TOLERANCES[x.dtype][0], rtol=DW_TOLERANCES[x.dtype][1])
+
+
+# --- a copy of the course ---------------------------------------------------------------------
+
+
+def course_copy(copy: Path) -> Path:
+    """The repository's files in ``copy`` (tracked, and new ones git does not ignore)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in listed:
+        if name and (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+def in_copy(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python *args`` in ``copy``, importing the copy's packages."""
+    return subprocess.run([sys.executable, *args], cwd=copy, capture_output=True, text=True,
+                          env=venv_env(PYTHONPATH=str(copy)), timeout=300)

@@ -33,6 +33,10 @@ ISSUE = {
                        [2**k for k in range(14, 21)], [(2**20, 1.0, None)]),
     "matmul": ("autograder.kernels.matmul", "matmul", "torch.matmul", F16, [1024, 2048, 4096, 8192],
                [(4096, 0.9, None), (8192, 0.9, None)]),
+    "tma_matmul_float16": ("autograder.kernels.persistent_matmul", "tma_matmul", "torch.matmul", F16,
+                           [1024, 2048, 4096, 8192], [(4096, 1.0, None), (8192, 1.0, None)]),
+    "tma_matmul_bfloat16": ("autograder.kernels.persistent_matmul", "tma_matmul", "torch.matmul", BF16,
+                            [1024, 2048, 4096, 8192], [(4096, 1.0, None), (8192, 1.0, None)]),
     "flash_attention": ("autograder.kernels.flash_attention", "attention", "F.scaled_dot_product_attention", BF16,
                         [512, 1024, 2048, 4096], [(4096, 0.8, None)]),
     "flash_attention_causal": ("autograder.kernels.flash_attention", "attention", "F.scaled_dot_product_attention",
@@ -62,7 +66,8 @@ def test_the_units_and_ceilings_follow_from_bytes_or_flops():
     assert units == {
         "vector_add": ("GB/s", "copy bandwidth"), "softmax_float32": ("GB/s", "copy bandwidth"),
         "softmax_bfloat16": ("GB/s", "copy bandwidth"), "online_softmax": ("GB/s", "copy bandwidth"),
-        "matmul": ("TFLOP/s", "torch.matmul float16"),
+        "matmul": ("TFLOP/s", "torch.matmul float16"), "tma_matmul_float16": ("TFLOP/s", "torch.matmul float16"),
+        "tma_matmul_bfloat16": ("TFLOP/s", "torch.matmul bfloat16"),
         "flash_attention": ("TFLOP/s", "torch.matmul bfloat16"),
         "flash_attention_causal": ("TFLOP/s", "torch.matmul bfloat16")}
     # the benchmark measures exactly the matmul rates these ceilings name

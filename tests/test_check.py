@@ -266,17 +266,42 @@ def _reads_backwards_too_far(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, tl.load(x_ptr + n - 9 - offsets), mask=offsets < n)
 
 
+def _side_by_side(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two tensors of ``n`` float32 with storages of their own that lie back to back in memory:
+    element ``n`` of the first is element 0 of the second."""
+    memory = bytearray(8 * n)
+    first, second = (torch.frombuffer(memoryview(memory)[i * 4 * n:(i + 1) * 4 * n], dtype=torch.float32)
+                     for i in (0, 1))
+    assert second.data_ptr() == first.data_ptr() + 4 * n
+    return first, second
+
+
 @pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")
-@pytest.mark.parametrize("kernel, words", [
-    (_reads_one_ahead, "1 of 2 active lanes fall outside `x_ptr`, the tensor its other lanes address; the first is "
-                       "element 10 of `x_ptr`, whose memory holds 10 elements."),
-    (_reads_backwards_too_far, "2 of 2 active lanes address no tensor passed to the kernel (the nearest is `x_ptr`); "
-                               "the first is element -1 of `x_ptr`, 1 before its start, whose memory holds 10")])
-def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_meant_for(kernel, words):
+@pytest.mark.parametrize("kernel, memory, words", [
+    (_reads_one_ahead, "apart", "1 of 2 active lanes fall outside `x_ptr`, the tensor their pointer was computed "
+                                "from; the first is element 10 of `x_ptr`, whose memory holds 10 elements."),
+    (_reads_one_ahead, "side by side", "1 of 2 active lanes fall outside `x_ptr`"),  # x[10] is out[0]'s memory
+    (_reads_backwards_too_far, "apart", "2 of 2 active lanes fall outside `x_ptr`, the tensor their pointer was "
+                                        "computed from; the first is element -1 of `x_ptr`, 1 before its start, "
+                                        "whose memory holds 10")])
+def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_computed_from(kernel, memory, words):
     from autograder.guards import OutOfBoundsAccess
+    x, out = _side_by_side(10) if memory == "side by side" else (torch.randn(10), torch.empty(10))
     with pytest.raises(OutOfBoundsAccess) as raised:  # itself, not inside Triton's InterpreterError
-        kernel[(5,)](torch.randn(10), torch.empty(10), 10, BLOCK=2)
+        kernel[(5,)](x, out, 10, BLOCK=2)
     assert words in str(raised.value)
+
+
+@triton.jit
+def _load_from_an_integer(out_ptr):
+    tl.store(out_ptr, tl.load(tl.full((), 4096, tl.int64).to(tl.pointer_type(tl.float32))))
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")
+def test_a_pointer_made_from_an_integer_addresses_no_tensor():
+    from autograder.guards import OutOfBoundsAccess
+    with pytest.raises(OutOfBoundsAccess, match="1 of 1 active lanes address no tensor passed to the kernel"):
+        _load_from_an_integer[(1,)](torch.empty(1))
 
 
 @pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")

@@ -17,7 +17,7 @@ from autograder.grade_class import RESULTS_FOLDER, grade_class, saved
 from conftest import DEVICE, venv_env
 from test_nbgrader_pipeline import PS1, ROW_MASK_ONLY, answer, cell_scores, new_course, reference
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.skipif(
     DEVICE.has_gpu, reason="CPU workers; on a GPU there is one worker per GPU (tests/test_class_on_gpu.py)")]
 STUDENTS = {"ada": reference(PS1), "bob": reference(PS1).replace(*ROW_MASK_ONLY), "cy": None, "dee": reference(PS1)}
 """Two right, one missing a column mask (partial credit), one who wrote nothing."""

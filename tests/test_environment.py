@@ -175,3 +175,41 @@ def test_ci_runs_make_test():
     # The last command, with nothing that could hide pytest's exit code behind it.
     assert commands[-1] == "make test", commands[-1]
     assert "pytest" not in "\n".join(commands) and "|| true" not in text
+
+
+SHARING_PROJECT = {
+    "conftest.py": ("import importlib.util, sys\nsys.path.insert(0, {tests!r})\n"  # the suite's conftest, by path
+                    "spec = importlib.util.spec_from_file_location('suite_conftest', {tests!r} + '/conftest.py')\n"
+                    "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
+                    "pytest_collection_modifyitems, machine_share = suite.pytest_collection_modifyitems, suite.machine_share\n"),
+    "test_alone.py": "import pytest\npytestmark = pytest.mark.alone\n\ndef test_timed():\n    {note}('alone')\n",
+    "test_first.py": "def test_a():\n    {note}('first')\n\ndef test_b():\n    {note}('first')\n",
+    "test_second.py": "def test_a():\n    {note}('second')\n\ndef test_b():\n    {note}('second')\n",
+}
+NOTE = """
+import os, time
+def note(module):
+    start = time.monotonic(); time.sleep(0.6)
+    with open({log!r}, 'a') as f:
+        f.write(f"{{module}} {{os.environ['PYTEST_XDIST_WORKER']}} {{start}} {{time.monotonic()}}\\n")
+"""
+
+
+def test_make_tests_workers_share_the_machine_and_an_alone_module_has_it_to_itself(tmp_path):
+    """Under `make test`'s pytest-xdist flags, modules run side by side, each whole on one
+    worker, and a module marked `alone` overlaps no other (the conftest's lock)."""
+    log = tmp_path / "log.txt"
+    for name, text in SHARING_PROJECT.items():
+        body = text.format(tests=str(ROOT / "tests"), note="note")
+        (tmp_path / name).write_text((NOTE.format(log=str(log)) if name != "conftest.py" else "") + body)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider",
+                           "-q", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = [line.split() for line in log.read_text().splitlines()]
+    spans = {m: [(float(a), float(b)) for mod, _, a, b in runs if mod == m] for m in ("alone", "first", "second")}
+    workers = {m: {w for mod, w, _, _ in runs if mod == m} for m in ("first", "second")}
+    assert all(len(w) == 1 for w in workers.values()) and workers["first"] != workers["second"], runs
+    (a0, a1), = spans["alone"]
+    assert all(b1 <= a0 or b0 >= a1 for m in ("first", "second") for b0, b1 in spans[m]), runs
+    first, second = spans["first"], spans["second"]
+    assert any(f0 < s1 and s0 < f1 for f0, f1 in first for s0, s1 in second), runs  # side by side

@@ -3,9 +3,7 @@ the course, its notebook is one nbgrader accepts, `triton-course sync --check` f
 step and its tests pass; a bad, taken or out-of-order name gets a sentence. And CONTRIBUTING.md
 names only commands that exist."""
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -13,7 +11,8 @@ import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
 from autograder import cli, exercises, scaffold
-from conftest import ROOT, venv_env
+from conftest import ROOT
+from kit import course_copy, in_copy as course
 
 N = len(exercises.ASSIGNMENTS) + 1
 NEW = f"ps{N}_example"
@@ -21,23 +20,10 @@ FAR = min(N + 3, 9)
 """A number past the next free one (names have one digit)."""
 
 
-def course(copy: Path, *args: str) -> subprocess.CompletedProcess:
-    """``python *args`` in ``copy``, importing the copy's packages."""
-    return subprocess.run([sys.executable, *args], cwd=copy, capture_output=True, text=True,
-                          env=venv_env(PYTHONPATH=str(copy)), timeout=300)
-
-
 @pytest.fixture(scope="module")
 def scaffolded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """A copy of the repository's files (tracked, and new ones git does not ignore) in which
-    ``triton-course new`` has run."""
-    copy = tmp_path_factory.mktemp("course")
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in listed:
-        if name and (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+    """A copy of the repository in which ``triton-course new`` has run."""
+    copy = course_copy(tmp_path_factory.mktemp("course"))
     return copy, course(copy, "-m", "autograder.cli", "new", NEW, "Example")
 
 
