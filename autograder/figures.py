@@ -1,7 +1,7 @@
 """Figures measured on a GPU, by name, and the prose that quotes them.
 
 Prose never types a measured figure: it marks it, ``<!--fig:copy_bandwidth-->4,027 GB/s<!--/fig-->``
-(HTML comments, unseen in JupyterLab, Colab and on GitHub), and ``python -m autograder.notebook_sync``
+(HTML comments, unseen in JupyterLab, Colab and on GitHub), and ``python -m autograder.instructor.sync``
 (``triton-course sync``) rewrites the text between the markers from the record, in the lessons,
 their translations and the README at once; ``--check`` reports a figure that drifted.
 ``<!--fig:NAME:SPEC-->`` formats the value with a format spec (``.3f``); ``SPEC`` = ``date`` gives

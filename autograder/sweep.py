@@ -22,6 +22,7 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
                   labels: tuple[str, str] = ("Triton", "PyTorch"), rounds: int = 3,
                   input_sets: int = INPUT_SETS, flops: Callable[[int], int] | None = None,
                   atol: float | None = None, rtol: float | None = None,
+                  check: Callable[[int, tuple, torch.Tensor], str | None] | None = None,
                   progress: Callable[[int, float, float], None] | None = None) -> dict[str, list[float]]:
     """GB/s (or TFLOP/s) of ``fn`` and ``reference`` at each of ``sizes``: ``{labels[0]: [...], labels[1]: [...]}``.
 
@@ -29,7 +30,9 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
     ``bytes_moved(n)`` the bytes a call must read and write at that size (for x + y in
     float32: 3 * 4 * n), or ``flops(n)`` the floating-point operations it must do (2·n³ for
     an n×n×n matmul) for TFLOP/s; ``atol``/``rtol`` loosen the one correctness check (for
-    float16 matmuls). ``progress(n, ours, theirs)``, if given, is called as each size is done
+    float16 matmuls); ``check(n, inputs, output)``, if given, replaces that check: it returns why
+    the output is wrong, or None (the benchmark judges against float64, as grading does).
+    ``progress(n, ours, theirs)``, if given, is called as each size is done
     (a long sweep can report as it goes). Raises RuntimeError without a GPU: the
     interpreter's speed says nothing about a GPU's, so there is nothing honest to return.
     """
@@ -42,8 +45,13 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
     ours, theirs = [], []
     for n in sizes:
         sets = [make_inputs(n) for _ in range(input_sets)]
-        torch.testing.assert_close(fn(*sets[0]), reference(*sets[0]), atol=atol, rtol=rtol,
-                                   msg=lambda m: f"at size {n}, {labels[0]} disagrees with {labels[1]}: {m}")
+        out = fn(*sets[0])
+        if check is None:
+            torch.testing.assert_close(out, reference(*sets[0]), atol=atol, rtol=rtol,
+                                       msg=lambda m: f"at size {n}, {labels[0]} disagrees with {labels[1]}: {m}")
+        elif (problem := check(n, sets[0], out)) is not None:
+            raise AssertionError(f"at size {n}, {labels[0]} is wrong: {problem}")
+        del out
         result = timing.compare(fn, reference, sets, rounds=rounds)
         if flops is None:
             ours.append(timing.gbps(bytes_moved(n), result.candidate_ms))

@@ -38,6 +38,15 @@ def _hand_out_modules(items) -> None:
     items.sort(key=lambda item: rank[item.module.__name__])  # stable: order within a rank kept
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """With pytest-xdist's workers (``-n``), each module goes whole to one worker (``--dist
+    loadfile``, whatever ``--dist`` said): module fixtures build shared things once (a course,
+    a virtual environment) and would collide if two workers built them side by side."""
+    if getattr(config.option, "numprocesses", None) and config.option.dist in ("no", "load"):
+        config.option.dist = "loadfile"
+
+
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: a worker per CPU core, at most four; none on a GPU, whose timings must not
     share the card with another test."""

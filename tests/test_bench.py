@@ -12,8 +12,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from autograder import bench, benchmarks, exercises, plots  # noqa: E402
-from autograder.benchmarks import SWEEPS, Goal  # noqa: E402
+from autograder import exercises, plots  # noqa: E402
+from autograder.bench import run, sweeps  # noqa: E402
+from autograder.bench.sweeps import SWEEPS, Goal  # noqa: E402
 from autograder.device import current  # noqa: E402
 from autograder.references import bytes_elementwise  # noqa: E402
 from autograder.sweep import measure_sweep  # noqa: E402
@@ -50,6 +51,15 @@ CEILINGS = {"copy bandwidth": {"value": 4000.0, "unit": "GB/s"},
             "torch.matmul bfloat16": {"value": 680.0, "unit": "TFLOP/s"}}
 
 
+def swept_as(monkeypatch, sweep: str, **changes) -> "sweeps.Sweep":
+    """``SWEEPS[sweep]`` timing a changed copy of its declaration (``solution=``, ...), registered
+    under the name ``changed_<exercise>`` for the test."""
+    base = SWEEPS[sweep]
+    name = f"changed_{base.exercise}"
+    monkeypatch.setitem(exercises.EXERCISES, name, dataclasses.replace(base.declared, name=name, **changes))
+    return dataclasses.replace(base, exercise=name)
+
+
 # --- the declarations ---
 
 def test_the_sweeps_are_the_issues_with_their_goals():
@@ -71,7 +81,7 @@ def test_the_units_and_ceilings_follow_from_bytes_or_flops():
         "flash_attention": ("TFLOP/s", "torch.matmul bfloat16"),
         "flash_attention_causal": ("TFLOP/s", "torch.matmul bfloat16")}
     # the benchmark measures exactly the matmul rates these ceilings name
-    assert benchmarks.MATMUL_DTYPES == (F16, BF16)
+    assert sweeps.MATMUL_DTYPES == (F16, BF16)
 
 
 def test_bytes_and_flops_at_the_goal_sizes():
@@ -97,21 +107,23 @@ def test_a_memory_bound_sweep_counts_each_input_read_and_the_output_written_once
 def test_the_compute_bound_sweeps_inputs_have_the_shapes_their_flops_count():
     a, b = SWEEPS["matmul"].make_inputs(1024, "cpu")
     assert a.shape == b.shape == (1024, 1024) and a.dtype == b.dtype == F16
-    for name in ("flash_attention", "flash_attention_causal"):
-        q, k, v = SWEEPS[name].make_inputs(512, "cpu")
+    for name, masked in (("flash_attention", False), ("flash_attention_causal", True)):
+        q, k, v, causal, scale = SWEEPS[name].make_inputs(512, "cpu")
         assert q.shape == k.shape == v.shape == (4, 32, 512, 128) and q.dtype == BF16
+        assert causal is masked and scale is None  # both sides get these arguments
+        assert SWEEPS[name].flops(512) == SWEEPS[name].declared.throughput.flops((q, k, v, causal, scale), None)
 
 
 def test_the_attention_sweeps_ask_both_sides_for_the_same_masking():
-    assert SWEEPS["flash_attention"].options == {"causal": False}
-    assert SWEEPS["flash_attention_causal"].options == {"causal": True}
+    assert SWEEPS["flash_attention"].case(512).causal is False
+    assert SWEEPS["flash_attention_causal"].case(512).causal is True
     q, k, v = (torch.randn(1, 2, 8, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
     scores = q @ k.transpose(-1, -2) / 4.0  # 1/sqrt(16), SDPA's default scale
     future = torch.ones(8, 8, dtype=torch.bool).triu(1)
     causal = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ v
     full = torch.softmax(scores, dim=-1) @ v
-    torch.testing.assert_close(SWEEPS["flash_attention_causal"].reference(q, k, v), causal)
-    torch.testing.assert_close(SWEEPS["flash_attention"].reference(q, k, v), full)
+    torch.testing.assert_close(SWEEPS["flash_attention_causal"].reference(q, k, v, True, None), causal)
+    torch.testing.assert_close(SWEEPS["flash_attention"].reference(q, k, v, False, None), full)
     assert SWEEPS["matmul"].reference is torch.matmul and SWEEPS["vector_add"].reference is torch.add
 
 
@@ -134,15 +146,14 @@ def test_a_sweep_loads_its_kernel_or_says_it_is_not_written_yet(name):
         assert callable(fn)
 
 
-def test_load_binds_the_options_and_tells_a_missing_module_from_a_broken_one(tmp_path, monkeypatch):
-    (tmp_path / "bench_fake_kernel.py").write_text("def attention(q, causal=False):\n    return q, causal\n")
+def test_load_finds_the_declared_kernel_and_tells_a_missing_module_from_a_broken_one(tmp_path, monkeypatch):
+    (tmp_path / "bench_fake_kernel.py").write_text("def attention(q, k, v, causal, scale):\n    return 'mine'\n")
     (tmp_path / "bench_broken_kernel.py").write_text("import bench_no_such_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    base = SWEEPS["flash_attention_causal"]
-    assert dataclasses.replace(base, solution="bench_fake_kernel").load()("q") == ("q", True)
-    assert dataclasses.replace(base, solution="solutions.no_such_kernel").load() is None
+    assert swept_as(monkeypatch, "flash_attention_causal", solution="bench_fake_kernel").load()(*"qkv", 1, 2) == "mine"
+    assert swept_as(monkeypatch, "flash_attention_causal", solution="solutions.no_such_kernel").load() is None
     with pytest.raises(ModuleNotFoundError, match="bench_no_such_dependency"):
-        dataclasses.replace(base, solution="bench_broken_kernel").load()
+        swept_as(monkeypatch, "flash_attention_causal", solution="bench_broken_kernel").load()
 
 
 def test_a_sweep_declaration_is_checked():
@@ -153,8 +164,10 @@ def test_a_sweep_declaration_is_checked():
         dataclasses.replace(base, flops=lambda n: n)
     with pytest.raises(ValueError, match="exactly one of bytes_moved= and flops="):
         dataclasses.replace(base, bytes_moved=None)
-    with pytest.raises(ValueError, match="both of atol= and rtol=, or neither"):
-        dataclasses.replace(base, atol=1e-3)
+    with pytest.raises(ValueError, match="count what vector_add's throughput counts"):
+        dataclasses.replace(base, bytes_moved=None, flops=lambda n: n)
+    with pytest.raises(ValueError, match="'no_such_kernel' is no exercise with a throughput measure"):
+        dataclasses.replace(base, exercise="no_such_kernel")
 
 
 # --- goals ---
@@ -173,7 +186,7 @@ def test_a_goal_says_by_how_much_it_was_missed():
 
 def _record(name, ours, theirs, **kwargs):
     s = SWEEPS[name]
-    return bench.sweep_record(s, CEILINGS[s.ceiling_name]["value"], ours, theirs, **kwargs)
+    return run.sweep_record(s, CEILINGS[s.ceiling_name]["value"], ours, theirs, **kwargs)
 
 
 def _synthetic_records():
@@ -214,7 +227,7 @@ def test_a_record_keeps_every_figure_and_judges_each_goal():
 
 
 def test_results_md_puts_the_goals_first_then_the_grading_then_each_sweep():
-    report = bench.markdown(ENV, CEILINGS, _synthetic_records(), [GRADED, UNMEASURED,
+    report = run.markdown(ENV, CEILINGS, _synthetic_records(), [GRADED, UNMEASURED,
                                                                  {"exercise": "ps4_matmul", "error": "KeyError: 'x'"}])
     lines = report.splitlines()
     assert lines[0] == "# GPU results: NVIDIA H200"
@@ -246,7 +259,7 @@ def test_results_md_puts_the_goals_first_then_the_grading_then_each_sweep():
 
 
 def test_results_md_tables_each_sweep_with_its_plot():
-    lines = bench.markdown(ENV, CEILINGS, _synthetic_records(), []).splitlines()
+    lines = run.markdown(ENV, CEILINGS, _synthetic_records(), []).splitlines()
     assert "## Reference solutions graded as submissions" not in lines  # nothing graded
     start = lines.index("## Fused softmax, 16384 rows, float32")
     assert lines[start + 2] == ("`autograder/kernels/softmax.py` `softmax` against `torch.softmax`, GB/s from the fewest "
@@ -267,16 +280,16 @@ def test_results_md_tables_each_sweep_with_its_plot():
 
 
 def test_results_md_says_when_only_part_ran():
-    report = bench.markdown(ENV, CEILINGS, [], [GRADED], only=["ps1_vector_add"])
+    report = run.markdown(ENV, CEILINGS, [], [GRADED], only=["ps1_vector_add"])
     assert "Part of the benchmark only: `python -m autograder.bench --only ps1_vector_add`." in report
     assert "## Goals" not in report and "| ps1_vector_add | 20/20 |" in report
 
 
 def test_progress_lines_give_both_rates_the_ratio_and_the_ceiling_fraction():
-    line = bench.point_line(SWEEPS["softmax_bfloat16"], 4096, 3500.0, 2800.0, 4000.0)
+    line = run.point_line(SWEEPS["softmax_bfloat16"], 4096, 3500.0, 2800.0, 4000.0)
     assert line == ("[softmax_bfloat16] 16384×4096: 3,500 against 2,800 GB/s, 1.250× torch.softmax, "
                     "87.5% of copy bandwidth")
-    line = bench.point_line(SWEEPS["matmul"], 8192, 630.0, 700.0, 700.0)
+    line = run.point_line(SWEEPS["matmul"], 8192, 630.0, 700.0, 700.0)
     assert line == "[matmul] 8192³: 630.0 against 700.0 TFLOP/s, 0.900× torch.matmul, 90.0% of torch.matmul float16"
 
 
@@ -286,7 +299,7 @@ def _dashed(ax):
 
 def test_a_sweeps_plot_draws_both_rates_and_the_measured_ceiling(tmp_path):
     va, _, _, fa, _ = _synthetic_records()
-    ax = bench.plot_sweep(fa, "NVIDIA H200").axes[0]
+    ax = run.plot_sweep(fa, "NVIDIA H200").axes[0]
     solid = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
     assert [line.get_label() for line in solid] == ["Triton attention (autograder/kernels/flash_attention.py)",
                                                     "F.scaled_dot_product_attention"]
@@ -296,7 +309,7 @@ def test_a_sweeps_plot_draws_both_rates_and_the_measured_ceiling(tmp_path):
     assert ceiling.get_label() == "torch.matmul bfloat16 (measured): 680 TFLOP/s"
     assert ax.get_ylabel() == "TFLOP/s" and ax.get_xlabel() == "size (sequence length, log2 scale)"
     assert ax.get_title() == "FlashAttention forward, bfloat16, non-causal (B=4, H=32, D=128)\nNVIDIA H200"
-    fig = bench.plot_sweep(va, "NVIDIA H200")
+    fig = run.plot_sweep(va, "NVIDIA H200")
     (ceiling,) = _dashed(fig.axes[0])
     assert ceiling.get_label() == "copy bandwidth (measured): 4,000 GB/s" and fig.axes[0].get_ylabel() == "GB/s"
     fig.savefig(tmp_path / va["plot"])
@@ -317,21 +330,21 @@ def test_throughput_vs_size_takes_one_ceiling_and_leaves_room_for_the_legend():
 # --- choosing parts, and the CPU ---
 
 def test_only_selects_sweeps_by_name_or_module_and_gradings_by_exercise():
-    sweeps, graded = bench.select(None)
+    sweeps, graded = run.select(None)
     assert sweeps == list(SWEEPS.values())
     assert [ex.name for ex in graded] == [ex.name for ex in exercises.EXERCISES.values() if ex.throughput]
-    sweeps, graded = bench.select(["softmax"])
+    sweeps, graded = run.select(["softmax"])
     assert [s.name for s in sweeps] == ["softmax_float32", "softmax_bfloat16"] and graded == []
-    sweeps, graded = bench.select(["ps1_broadcast_add", "flash_attention_causal"])
+    sweeps, graded = run.select(["ps1_broadcast_add", "flash_attention_causal"])
     assert [s.name for s in sweeps] == ["flash_attention_causal"] and [ex.name for ex in graded] == ["ps1_broadcast_add"]
     with pytest.raises(ValueError, match="--only sofmax: no such sweep.*choose from .*softmax_bfloat16"):
-        bench.select(["softmax", "sofmax"])
+        run.select(["softmax", "sofmax"])
 
 
 @pytest.mark.parametrize("only", ["sofmax", " , "])
 def test_a_bad_only_is_refused_before_anything_runs(only, capsys):
     with pytest.raises(SystemExit) as exit_:
-        bench.main(["--only", only])
+        run.main(["--only", only])
     assert exit_.value.code == 2
     assert "--only" in capsys.readouterr().err
 
@@ -339,7 +352,7 @@ def test_a_bad_only_is_refused_before_anything_runs(only, capsys):
 @pytest.mark.skipif(current().has_gpu, reason="checks the refusal where kernels run in the interpreter")
 def test_the_benchmark_refuses_the_cpu_and_writes_nothing(tmp_path):
     with pytest.raises(SystemExit, match="the benchmark needs a CUDA GPU"):
-        bench.main(["--out", str(tmp_path / "out")])
+        run.main(["--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 
@@ -350,7 +363,7 @@ def test_measure_sweep_refuses_a_registered_sweep_without_a_gpu(tmp_path):
     with pytest.raises(RuntimeError, match="measure_sweep times kernels on a GPU.*interpreter"):
         measure_sweep(s.load(), s.reference, made.append, s.sizes, bytes_moved=s.bytes_moved)
     assert made == []  # refused before making any input
-    record = bench.run_sweep(s, 4000.0, tmp_path, "CPU")  # what the benchmark would record
+    record = run.run_sweep(s, 4000.0, tmp_path, "CPU")  # what the benchmark would record
     assert record["note"].startswith("error: RuntimeError: measure_sweep times kernels on a GPU")
     assert record["ours"] is None and list(tmp_path.iterdir()) == []
 
@@ -363,8 +376,8 @@ def fake_gpu(monkeypatch):
     calls = []
 
     def fake_measure_sweep(fn, reference, make_inputs, sizes, bytes_moved=None, labels=("Triton", "PyTorch"),
-                           rounds=3, flops=None, atol=None, rtol=None, progress=None):
-        calls.append({"fn": fn, "reference": reference, "sizes": sizes, "labels": labels, "atol": atol})
+                           rounds=3, flops=None, atol=None, rtol=None, check=None, progress=None):
+        calls.append({"fn": fn, "reference": reference, "sizes": sizes, "labels": labels, "check": check})
         if len(calls) == 2:  # the second sweep's kernel disagrees with PyTorch
             raise AssertionError("at size 1024, Triton softmax disagrees with torch.softmax")
         ours = [3000.0 + i for i in range(len(sizes))]
@@ -373,25 +386,29 @@ def fake_gpu(monkeypatch):
             progress(n, o, t)
         return {labels[0]: ours, labels[1]: theirs}
 
-    monkeypatch.setattr(bench.device, "setup_device",
+    monkeypatch.setattr(run.device, "setup_device",
                         lambda verbose=True: types.SimpleNamespace(has_gpu=True))
-    monkeypatch.setattr(bench, "environment", lambda: ENV)
-    monkeypatch.setattr(bench.timing, "copy_bandwidth_gbps", lambda: 4000.0)
-    monkeypatch.setattr(bench.timing, "matmul_tflops", lambda dtype: {F16: 700.0, BF16: 680.0}[dtype])
-    monkeypatch.setattr(bench, "measure_sweep", fake_measure_sweep)
+    monkeypatch.setattr(run, "environment", lambda: ENV)
+    monkeypatch.setattr(run.timing, "copy_bandwidth_gbps", lambda: 4000.0)
+    monkeypatch.setattr(run.timing, "matmul_tflops", lambda dtype: {F16: 700.0, BF16: 680.0}[dtype])
+    monkeypatch.setattr(run, "measure_sweep", fake_measure_sweep)
     monkeypatch.setitem(SWEEPS, "missing_kernel", dataclasses.replace(
-        SWEEPS["matmul"], name="missing_kernel", solution="solutions.no_such_kernel"))
+        swept_as(monkeypatch, "matmul", solution="solutions.no_such_kernel"), name="missing_kernel"))
     return calls
 
 
 def test_main_runs_the_chosen_sweeps_printing_each_point_and_saving_as_it_goes(fake_gpu, tmp_path, capsys):
     from autograder.kernels.softmax import softmax
 
-    assert bench.main(["--out", str(tmp_path), "--only", "softmax,missing_kernel"]) == 1  # an error: exit 1
+    assert run.main(["--out", str(tmp_path), "--only", "softmax,missing_kernel"]) == 1  # an error: exit 1
     out = capsys.readouterr().out
     assert [c["fn"] for c in fake_gpu] == [softmax, softmax] and fake_gpu[0]["sizes"] == (1024, 4096, 16384)
     assert fake_gpu[0]["labels"] == ("Triton softmax (autograder/kernels/softmax.py)", "torch.softmax")
-    assert fake_gpu[0]["atol"] == 1e-8
+    first, sweep = fake_gpu[0], SWEEPS["softmax_float32"]  # judged as a submission is, against float64
+    assert first["check"] == sweep.problem and first["reference"] is sweep.reference
+    inputs = sweep.make_inputs(1024, "cpu")
+    assert first["check"](1024, inputs, torch.softmax(inputs[0], dim=-1)) is None
+    assert "16777216 of 16777216 elements differ" in first["check"](1024, inputs, inputs[0])
     progress = [line for line in out.splitlines() if line.startswith("[")]
     assert progress == [
         "[softmax_float32] Fused softmax, 16384 rows, float32: 3 sizes, 3 rounds each",
@@ -422,8 +439,8 @@ def test_main_grades_a_chosen_exercise_and_records_a_grading_that_fails(fake_gpu
             raise KeyError("no cases")
         return {**GRADED, "exercise": exercise.name}
 
-    monkeypatch.setattr(bench, "grade_solution", grade)
-    assert bench.main(["--out", str(tmp_path), "--only", "ps1_broadcast_add,ps2_softmax_backward"]) == 1
+    monkeypatch.setattr(run, "grade_solution", grade)
+    assert run.main(["--out", str(tmp_path), "--only", "ps1_broadcast_add,ps2_softmax_backward"]) == 1
     out = capsys.readouterr().out
     assert "[ps1_broadcast_add] 20/20 correct; ratios 0.980, 0.996, 0.990; passed, passed, passed" in out
     assert "[ps2_softmax_backward] error: KeyError: 'no cases'" in out
@@ -438,11 +455,11 @@ def test_merge_folds_a_partial_run_into_the_full_one(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     full.mkdir(), part.mkdir()
     va, sm, mm, fa, fac = _synthetic_records()
-    bench.save(full, ENV, CEILINGS, [va, sm, fa], [GRADED], None)
+    run.save(full, ENV, CEILINGS, [va, sm, fa], [GRADED], None)
     new_fa = _record("flash_attention", [310.0, 430.0, 520.0, 600.0], [320.0, 450.0, 560.0, 640.0])
     (part / new_fa["plot"]).write_bytes(b"png")
-    bench.save(part, {**ENV, "date": "2026-12-24"}, CEILINGS, [new_fa], [UNMEASURED], ["flash_attention"])
-    assert bench.main(["--out", str(full), "--merge", str(part)]) == 0
+    run.save(part, {**ENV, "date": "2026-12-24"}, CEILINGS, [new_fa], [UNMEASURED], ["flash_attention"])
+    assert run.main(["--out", str(full), "--merge", str(part)]) == 0
     merged = json.loads((full / "results.json").read_text())
     assert [r["name"] for r in merged["sweeps"]] == ["vector_add", "softmax_float32", "flash_attention"]
     assert merged["sweeps"][2]["ours"][-1] == 600.0 and merged["sweeps"][2]["run"]["date"] == "2026-12-24"

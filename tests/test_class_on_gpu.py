@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from autograder import exercises
-from autograder.grade_class import grade_class
+from autograder.instructor.grade_class import grade_class
 from test_nbgrader_pipeline import (WRONG, cell_scores, expected_points, new_course,
                                     submit_reference_and_mistakes)
 

@@ -16,7 +16,7 @@ from nbgrader.converters import Autograde
 from traitlets.config.loader import PyFileConfigLoader
 
 from autograder.grading import confine, judge as judging, sandbox
-from autograder.grade_class import grade_class, table
+from autograder.instructor.grade_class import grade_class, table
 from conftest import ROOT
 from test_nbgrader_pipeline import (PS1, PS1_EXERCISE, cell_scores, expected_unmasked_points, nbgrader,
                                     new_course, reference)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from nbgrader.api import MissingEntry
 
-from autograder.grade_class import RESULTS_FOLDER, grade_class, saved
+from autograder.instructor.grade_class import RESULTS_FOLDER, grade_class, saved
 from conftest import DEVICE, venv_env
 from test_nbgrader_pipeline import PS1, ROW_MASK_ONLY, answer, cell_scores, new_course, reference
 
@@ -86,7 +86,7 @@ def test_a_class_stopped_mid_run_keeps_its_finished_students_leaves_nothing_runn
     results = course / RESULTS_FOLDER / f"{PS1}.json"
     # SIGINT as a terminal gives it: a test run started in the background (`make test &`) passes
     # its children SIGINT ignored, and Python then never turns it into KeyboardInterrupt.
-    run = subprocess.Popen([sys.executable, "-m", "autograder.grade_class", PS1, "--workers", "2"], cwd=course,
+    run = subprocess.Popen([sys.executable, "-m", "autograder.instructor.grade_class", PS1, "--workers", "2"], cwd=course,
                            env=venv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
@@ -105,7 +105,7 @@ def test_a_class_stopped_mid_run_keeps_its_finished_students_leaves_nothing_runn
     time.sleep(1)
     assert running_in(course) == [] and not any((course / RESULTS_FOLDER / "work").iterdir())
     seconds = {s: g.seconds for s, g in saved(course, PS1).items()}
-    done = subprocess.run([sys.executable, "-m", "autograder.grade_class", PS1, "--resume"], cwd=course,
+    done = subprocess.run([sys.executable, "-m", "autograder.instructor.grade_class", PS1, "--resume"], cwd=course,
                           env=venv_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert outcome(course) == outcome(serial)

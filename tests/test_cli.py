@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cli
+from autograder.instructor import cli
 from conftest import venv_env
 
 SCRIPT = Path(sys.executable).parent / "triton-course"
@@ -32,9 +32,10 @@ def test_a_wrong_command_is_named(capsys):
 
 
 def test_sync_writes_the_source_notebooks_before_the_student_versions_and_fails_when_any_fails(monkeypatch):
-    from autograder import notebook_sync, settings, student_versions
+    from autograder import settings
+    from autograder.instructor import student_versions, sync
     calls = []
-    monkeypatch.setattr(notebook_sync, "main", lambda argv: calls.append(("notebooks", argv)) or 1)
+    monkeypatch.setattr(sync, "main", lambda argv: calls.append(("notebooks", argv)) or 1)
     monkeypatch.setattr(student_versions, "main", lambda argv: calls.append(("students", argv)) or 0)
     monkeypatch.setattr(settings, "main", lambda argv: calls.append(("settings", argv)) or 0)
     assert cli.main(["sync", "--check"]) == 1

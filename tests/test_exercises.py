@@ -31,4 +31,4 @@ def test_declaration_is_complete(name):
     else:
         assert not exercise.hidden_cases() and not exercise.points
     if assignment.exists() or name.startswith("lesson"):  # students write it: the answer is the instructor's
-        assert exercise.solution.startswith("solutions."), "answers live in solutions/ (autograder.distribution)"
+        assert exercise.solution.startswith("solutions."), "answers live in solutions/ (autograder.instructor.distribution)"

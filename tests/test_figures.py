@@ -6,10 +6,11 @@ import json
 import nbformat
 import pytest
 
-from autograder import device, figures, notebook_sync, settings
+from autograder import device, figures, settings
+from autograder.instructor import sync
 from conftest import ROOT
 
-TEXT_FILES = notebook_sync.text_files()
+TEXT_FILES = sync.text_files()
 FIGS = {"copy_bandwidth": figures.Figure(4026.51, "GB/s", "2026-12-03", "NVIDIA H200", "results/gpu/results.json"),
         "x.ratio": figures.Figure(1.5599, "×", "2026-12-03", "NVIDIA H200", "results/gpu/results.json")}
 
@@ -20,7 +21,7 @@ def _texts(path):
     return [cell.source for cell in nbformat.read(path, as_version=4).cells]
 
 
-@pytest.mark.parametrize("path", notebook_sync.all_notebooks() + TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", sync.all_notebooks() + TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_measured_figure_is_typed_outside_a_marker(path):
     typed = [f for text in _texts(path) for f in figures.unmarked(text)]
     assert not typed, (f"{typed}: mark each as <!--fig:NAME-->...<!--/fig--> (autograder.figures), or, for a "
@@ -29,7 +30,7 @@ def test_no_measured_figure_is_typed_outside_a_marker(path):
 
 @pytest.mark.parametrize("path", TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_marked_figures_are_in_step_with_the_record(path):
-    assert notebook_sync.sync_text(path, write=False) == []  # notebooks: test_notebooks.py
+    assert sync.sync_text(path, write=False) == []  # notebooks: test_notebooks.py
 
 
 def test_a_typed_figure_is_caught_and_declarations_shapes_and_allowed_ones_are_not():
@@ -50,7 +51,7 @@ def test_the_sync_rewrites_a_drifted_figure_and_refuses_an_unknown_name():
 
 
 def test_a_translation_stays_current_when_a_figure_changes_but_not_when_its_name_does():
-    digest = notebook_sync.source_digest
+    digest = sync.source_digest
     before = digest("copy at <!--fig:copy_bandwidth-->4,140 GB/s<!--/fig-->")
     assert digest("copy at <!--fig:copy_bandwidth-->4,027 GB/s<!--/fig-->") == before
     assert digest("copy at <!--fig:x.ratio-->4,140 GB/s<!--/fig-->") != before
@@ -94,7 +95,7 @@ def test_a_notebook_whose_figure_drifted_is_reported():
     copy = english.parent / "drifted-figure-copy.ipynb"
     nbformat.write(nb, copy)
     try:
-        changes = notebook_sync.sync(copy, write=False)
+        changes = sync.sync(copy, write=False)
     finally:
         copy.unlink()
     assert any(c.endswith("(figures)") for c in changes), changes

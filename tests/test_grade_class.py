@@ -12,7 +12,8 @@ import time
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import exercises, grade_class as gc, grade_workers
+from autograder import exercises
+from autograder.instructor import grade_class as gc, grade_workers
 from autograder.grading import sandbox
 from test_nbgrader_pipeline import PS1, cell_scores, new_course
 
@@ -176,3 +177,5 @@ def test_set_up_errors_stop_the_run_before_anyone_is_graded(course, graded, monk
     assert "that user cannot run" in err
     assert f"test_hidden is worth {released:g} in the gradebook and {released + 1:g} in the package" in err
     assert f"nbgrader generate_assignment {PS1} --force" in err
+    assert f"the package grades {PS1} by another rubric than the released notebook shows" in err
+    assert f"| hidden tests | {released + 1:g} |" in err  # as the package would tell students now

@@ -14,7 +14,7 @@ from autograder import exercises
 from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
-from autograder.notebook_sync import solution_section
+from autograder.instructor.sync import solution_section
 from conftest import DEVICE
 
 SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom autograder import check, grade, setup_device\ndevice = setup_device()"

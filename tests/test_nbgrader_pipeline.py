@@ -14,7 +14,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises
 from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1_EXERCISE
-from autograder.grade_class import grade_class, saved, table
+from autograder.instructor.grade_class import grade_class, saved, table
 from conftest import DEVICE, ROOT, venv_env
 
 pytestmark = pytest.mark.slow

@@ -1,14 +1,16 @@
 """Every notebook runs top to bottom, is committed clean, and is in step with its sources."""
+import re
 import time
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder import notebook_sync, settings
+from autograder import settings
+from autograder.instructor import sync
 from conftest import ROOT, venv_env
 
-NOTEBOOKS = notebook_sync.all_notebooks()
+NOTEBOOKS = sync.all_notebooks()
 CPU_BUDGET_S = 120
 
 
@@ -18,7 +20,7 @@ def test_there_are_notebooks_in_both_folders():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_committed_without_outputs_and_in_sync(path):
-    assert notebook_sync.sync(path, write=False) == []
+    assert sync.sync(path, write=False) == []
 
 
 @pytest.mark.slow
@@ -55,7 +57,7 @@ def test_sync_detects_a_drifted_solution(tmp_path, monkeypatch):
     copy = source.parent / "drifted-copy.ipynb"
     nbformat.write(nb, copy)
     try:
-        changes = notebook_sync.sync(copy, write=False)
+        changes = sync.sync(copy, write=False)
     finally:
         copy.unlink()
     assert any("(solution)" in c for c in changes)
@@ -67,12 +69,12 @@ def test_chinese_notebooks_follow_their_english_and_flag_stale_translations(tmp_
     english = ROOT / "notebooks" / "01_ninja_gap.ipynb"
     cells = [c for c in nbformat.read(english, as_version=4).cells
              if c.cell_type == "markdown" and "role" not in c.metadata.get("course", {})]
-    table = {c.id: {"en": notebook_sync.source_digest(c.source), "zh": f"中文 {c.id}"} for c in cells}
-    monkeypatch.setattr(notebook_sync, "TRANSLATIONS", tmp_path)
+    table = {c.id: {"en": sync.source_digest(c.source), "zh": f"中文 {c.id}"} for c in cells}
+    monkeypatch.setattr(sync, "TRANSLATIONS", tmp_path)
 
     def translate():
         (tmp_path / english.name.replace(".ipynb", ".yaml")).write_text(yaml.safe_dump(table, allow_unicode=True))
-        return notebook_sync.translated(english)
+        return sync.translated(english)
 
     zh = translate()
     assert [c.source for c in zh.cells if c.id in table] == [f"中文 {c.id}" for c in cells]
@@ -85,7 +87,18 @@ def test_chinese_notebooks_follow_their_english_and_flag_stale_translations(tmp_
         translate()
 
 
-def test_lessons_one_to_four_read_in_chinese_too():
-    chinese = {p.name for p in notebook_sync.ZH_DIR.glob("*.ipynb")}
-    english = {p.name for p in (ROOT / "notebooks").glob("0[1-4]_*.ipynb")}
-    assert len(english) == 4 and english <= chinese
+def test_lessons_one_to_eight_read_in_chinese_too():  # as README says
+    chinese = {p.name for p in sync.ZH_DIR.glob("*.ipynb")}
+    english = {p.name for p in (ROOT / "notebooks").glob("0[1-8]_*.ipynb")}
+    assert len(english) == 8 and english <= chinese
+
+
+INSTRUCTORS_ONLY = re.compile(r"^\s*(?:from|import)\s+(solutions|autograder\.(?:grading|instructor|bench))\b", re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_notebook_imports_only_what_a_student_may_use(path):
+    """Lessons and assignments import the package's top level: not the grader, the instructor's
+    tools, the benchmark or the answers (the students' copy has no solutions/)."""
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert not INSTRUCTORS_ONLY.findall(code)

@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import distribution, exercises
+from autograder import exercises
+from autograder.instructor import distribution
 from conftest import ROOT, venv_env
 
 MAX_PRINTED = 0.20

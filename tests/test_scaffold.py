@@ -1,7 +1,14 @@
-"""`triton-course new`, run in a copy of the repository: the problem set it writes is found by
-the course, its notebook is one nbgrader accepts, `triton-course sync --check` finds everything in
-step and its tests pass; a bad, taken or out-of-order name gets a sentence. And CONTRIBUTING.md
-names only commands that exist."""
+"""A newcomer's two changes, made in a copy of the repository.
+
+- `triton-course new`: the problem set it writes is found by the course, its notebook is one
+  nbgrader accepts, `triton-course sync --check` finds everything in step and its tests pass; a
+  bad, taken or out-of-order name gets a sentence.
+- A threshold changed in one place, PS1's declaration: one `triton-course sync` carries it
+  everywhere a reader sees it (the rubric and prose of the source and student notebooks, README's
+  two tables), after which `sync --check` finds everything in step and the copy's package, which
+  grading reads, declares it.
+
+And CONTRIBUTING.md names only commands that exist."""
 import re
 import subprocess
 from pathlib import Path
@@ -10,7 +17,8 @@ import nbformat
 import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 
-from autograder import cli, exercises, scaffold
+from autograder import exercises, figures
+from autograder.instructor import cli, scaffold
 from conftest import ROOT
 from kit import course_copy, in_copy as course
 
@@ -24,7 +32,7 @@ FAR = min(N + 3, 9)
 def scaffolded(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the repository in which ``triton-course new`` has run."""
     copy = course_copy(tmp_path_factory.mktemp("course"))
-    return copy, course(copy, "-m", "autograder.cli", "new", NEW, "Example")
+    return copy, course(copy, "-m", "autograder.instructor.cli", "new", NEW, "Example")
 
 
 @pytest.mark.slow
@@ -41,7 +49,7 @@ def test_new_writes_the_files_and_prints_what_is_left(scaffolded):
 @pytest.mark.slow
 def test_sync_check_finds_the_copy_in_step(scaffolded):
     copy, _ = scaffolded
-    synced = course(copy, "-m", "autograder.cli", "sync", "--check")
+    synced = course(copy, "-m", "autograder.instructor.cli", "sync", "--check")
     assert synced.returncode == 0 and "drifted" not in synced.stdout, synced.stdout + synced.stderr
 
 
@@ -99,3 +107,42 @@ def test_contributing_names_only_commands_and_files_that_exist():
     folders = "autograder|notebooks|results|scripts|solutions|source|student|templates|tests"
     for path in re.findall(rf"[` ]((?:{folders})/[a-z0-9_/.]*)[` ]", text):
         assert example in path or (ROOT / path).exists(), path
+
+
+PS = "ps1_broadcast_add"
+OLD = exercises.get(PS).throughput.threshold
+NEW_THRESHOLD = round(OLD + 0.05, 2)
+
+
+@pytest.fixture(scope="module")
+def threshold_changed(scaffolded) -> Path:
+    """The same copy, after its new problem set's checks: PS1's threshold changed, then one sync."""
+    copy, _ = scaffolded
+    declaration = copy / "autograder" / "assignments" / f"{PS}.py"
+    text = declaration.read_text()
+    assert text.count(f"threshold={OLD:g},") == 1
+    declaration.write_text(text.replace(f"threshold={OLD:g},", f"threshold={NEW_THRESHOLD:g},"))
+    synced = course(copy, "-m", "autograder.instructor.cli", "sync")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    return copy
+
+
+@pytest.mark.slow
+def test_one_sync_carries_a_new_threshold_to_every_place_it_is_quoted(threshold_changed):
+    baseline = exercises.get(PS).throughput.baseline
+    readme = figures.rendered((threshold_changed / "README.md").read_text())
+    rows = [line for line in readme.splitlines() if re.match(rf"\| ({PS}|PS1) \|", line)]
+    assert len(rows) == 2 and all(f"≥ {NEW_THRESHOLD:g}× `{baseline}`" in row for row in rows), rows
+    for notebook in (threshold_changed / "source" / PS / f"{PS}.ipynb", threshold_changed / "student" / PS / f"{PS}.ipynb"):
+        text = notebook.read_text()
+        assert f"at least {NEW_THRESHOLD:g}× the speed of `{baseline}`" in text, notebook
+        assert f"{OLD:g}× the speed" not in text, notebook
+
+
+@pytest.mark.slow
+def test_after_that_sync_the_copy_is_in_step_and_its_package_declares_the_new_threshold(threshold_changed):
+    checked = course(threshold_changed, "-m", "autograder.instructor.cli", "sync", "--check")
+    assert checked.returncode == 0 and "drifted" not in checked.stdout, checked.stdout + checked.stderr
+    graded = course(threshold_changed, "-c", f"from autograder import exercises; "
+                                             f"print(exercises.get({PS!r}).throughput.threshold)")
+    assert graded.stdout.split() == [f"{NEW_THRESHOLD:g}"], graded.stdout + graded.stderr

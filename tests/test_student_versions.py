@@ -3,7 +3,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder import notebook_sync, student_versions
+from autograder.instructor import student_versions, sync
 from conftest import ROOT, venv_env
 
 ASSIGNMENTS = student_versions.assignments()
@@ -18,14 +18,14 @@ def test_every_assignment_has_a_student_version():
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_student_version_is_nbgraders_release(assignment):
     assert not student_versions.sync(assignment, write=False), \
-        f"student/{assignment} is stale: run `python -m autograder.student_versions`"
+        f"student/{assignment} is stale: run `python -m autograder.instructor.student_versions`"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_badge_opens_the_student_version(assignment):
     for path in (ROOT / "source" / assignment / f"{assignment}.ipynb", student_versions.student_path(assignment)):
         badge = nbformat.read(path, as_version=4).cells[0].source
-        assert badge == notebook_sync.colab_badge(path)
+        assert badge == sync.colab_badge(path)
         assert badge.endswith(f"/blob/main/student/{assignment}/{assignment}.ipynb)"), badge
 
 

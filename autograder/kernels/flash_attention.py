@@ -15,7 +15,7 @@ import triton.language as tl
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """softmax(q·kᵀ / sqrt(head_dim))·v in four PyTorch operations, each its own kernel.
 
-    For (batch, heads, seq, head_dim) inputs, B·H·seq² scores pass through memory four
+    For (batch, heads, seq, head_dim) inputs, B·H·seq² scores pass through memory six
     times: the matmul writes them, the scaling reads and writes them, the softmax reads them
     and writes the probabilities, and the second matmul reads those (causal: the mask adds
     another read and write).

@@ -1,13 +1,13 @@
 """``triton-course``: the course's commands under one name.
 
-    triton-course grade ASSIGNMENT [...]   autograde a class (autograder.grade_class)
+    triton-course grade ASSIGNMENT [...]   autograde a class (autograder.instructor.grade_class)
     triton-course bench [...]              the GPU benchmark (autograder.bench)
     triton-course sync [--check]           regenerate every generated notebook cell, then the
                                            student versions and the guide's settings table
                                            (--check: report drift, change nothing)
-    triton-course distribute DEST          write the students' copy (autograder.distribution)
+    triton-course distribute DEST          write the students' copy (autograder.instructor.distribution)
     triton-course new psN_name "Title"     start a problem set from templates/problem_set/, then
-                                           print what is left by hand (autograder.scaffold)
+                                           print what is left by hand (autograder.instructor.scaffold)
 
 ``triton-course COMMAND --help`` shows a command's options; each is also ``python -m`` its module.
 """
@@ -17,8 +17,8 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = {"grade": "autograder.grade_class", "bench": "autograder.bench", "distribute": "autograder.distribution",
-            "new": "autograder.scaffold"}
+COMMANDS = {"grade": "autograder.instructor.grade_class", "bench": "autograder.bench.run",
+            "distribute": "autograder.instructor.distribution", "new": "autograder.instructor.scaffold"}
 
 
 def sync(argv: list[str]) -> int:
@@ -28,8 +28,9 @@ def sync(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="triton-course sync", description=sync.__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report drift, change nothing")
     check = ["--check"] if parser.parse_args(argv).check else []
-    from . import notebook_sync, settings, student_versions
-    return max(notebook_sync.main(check), student_versions.main(check), settings.main(check))
+    from .. import settings
+    from . import student_versions, sync as notebooks
+    return max(notebooks.main(check), student_versions.main(check), settings.main(check))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ made by ``nbgrader generate_assignment`` from ``source/`` in a scratch course (s
 own ``release/`` folder and gradebook stay the instructor's). Students without nbgrader open the
 same files locally.
 
-``python -m autograder.student_versions`` rewrites them; ``--check`` only reports the ones that
+``python -m autograder.instructor.student_versions`` rewrites them; ``--check`` only reports the ones that
 differ from a fresh release (a test runs it).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "source"
 STUDENT_DIR = ROOT / "student"
 

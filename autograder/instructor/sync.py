@@ -20,7 +20,7 @@ hand-written Markdown cell's id to ``{en: <digest of the English source>, zh: <C
 translation whose English has changed since is reported as stale (a figure's new value is no
 change: the digest blanks them).
 
-``python -m autograder.notebook_sync`` rewrites them; ``--check`` only reports (the tests use it).
+``triton-course sync`` (or ``python -m autograder.instructor.sync``) rewrites them; ``--check`` only reports (the tests use it).
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from . import exercises, figures
+from .. import exercises, figures
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIRS = ("notebooks", "source")
 SECTION_MARK = "# --- notebook cell: "
 ZH_DIR = ROOT / "notebooks" / "zh"
@@ -51,7 +51,7 @@ def repository() -> str:
 
 def colab_badge(path: Path) -> str:
     """The badge opening ``path`` in Colab; for an assignment, its student version (in
-    ``student/``, made by :mod:`autograder.student_versions`), never the source with solutions."""
+    ``student/``, made by :mod:`autograder.instructor.student_versions`), never the source with solutions."""
     repo = repository().removeprefix("https://github.com/")
     relative = path.relative_to(ROOT)
     if relative.parts[0] == "source":

@@ -2,7 +2,7 @@
 
 ``python -m autograder.bench --out results/gpu`` measures the device's ceilings (the copy
 bandwidth; the ``torch.matmul`` rate in float16 and bfloat16), runs every sweep of
-:mod:`autograder.benchmarks` (a reference kernel against its PyTorch counterpart over sizes,
+:mod:`autograder.bench.sweeps` (a reference kernel against its PyTorch counterpart over sizes,
 each with its goal), grades each reference solution exactly as a student's submission is
 graded (correctness on the GPU cases, then the throughput verdict ``REPEATS`` times to show
 its spread), and writes ``RESULTS.md`` (the goals first), ``results.json`` (everything) and
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import itertools
 import json
 import platform
 import shutil
@@ -35,11 +36,11 @@ from pathlib import Path
 import torch
 from matplotlib.figure import Figure
 
-from . import benchmarks, device, exercises, plots, timing
-from .benchmarks import Sweep
-from .check import check
-from .spec import Exercise
-from .sweep import measure_sweep
+from .. import device, exercises, plots, timing
+from ..check import check
+from ..spec import Exercise
+from ..sweep import measure_sweep
+from .sweeps import MATMUL_DTYPES, SWEEPS, Goal, Sweep, dtype_name, matmul_ceiling_name
 
 REPEATS = 5
 """Throughput verdicts per exercise: the spread over these is the verdict's noise."""
@@ -61,8 +62,8 @@ def environment() -> dict:
 def measure_ceilings() -> dict[str, dict]:
     """The device's ceilings by name, each ``{"value": ..., "unit": ...}``."""
     ceilings = {"copy bandwidth": {"value": timing.copy_bandwidth_gbps(), "unit": "GB/s"}}
-    for dtype in benchmarks.MATMUL_DTYPES:
-        ceilings[benchmarks.matmul_ceiling_name(dtype)] = {"value": timing.matmul_tflops(dtype), "unit": "TFLOP/s"}
+    for dtype in MATMUL_DTYPES:
+        ceilings[matmul_ceiling_name(dtype)] = {"value": timing.matmul_tflops(dtype), "unit": "TFLOP/s"}
     for name, c in ceilings.items():
         log(f"{name} (measured): {c['value']:,.0f} {c['unit']}")
     return ceilings
@@ -70,7 +71,7 @@ def measure_ceilings() -> dict[str, dict]:
 
 def select(only: list[str] | None) -> tuple[list[Sweep], list[Exercise]]:
     """The sweeps and the graded exercises that ``--only`` names (all of them for None)."""
-    sweeps = list(benchmarks.SWEEPS.values())
+    sweeps = list(SWEEPS.values())
     graded = [ex for ex in exercises.EXERCISES.values() if ex.throughput is not None]
     if only is None:
         return sweeps, graded
@@ -98,7 +99,7 @@ def point_line(sweep: Sweep, n: int, ours: float, theirs: float, ceiling: float)
             f"{sweep.unit}, {ours / theirs:.3f}× {sweep.baseline}, {ours / ceiling:.1%} of {sweep.ceiling_name}")
 
 
-def goal_text(sweep: Sweep, goal: benchmarks.Goal) -> str:
+def goal_text(sweep: Sweep, goal: Goal) -> str:
     text = f"≥ {goal.ratio:.2f}× {sweep.baseline}"
     if goal.ceiling_fraction is not None:
         text += f", ≥ {goal.ceiling_fraction:.0%} of {sweep.ceiling_name}"
@@ -127,7 +128,7 @@ def sweep_record(sweep: Sweep, ceiling: float, ours: list[float] | None = None,
         else {"flops": [sweep.flops(n) for n in sweep.sizes]}
     return {"name": sweep.name, "title": sweep.title, "solution": sweep.path, "function": sweep.function,
             "label": series_label(sweep), "baseline": sweep.baseline,
-            "dtype": benchmarks.dtype_name(sweep.dtype), "unit": sweep.unit, "size_name": sweep.size_name,
+            "dtype": dtype_name(sweep.dtype), "unit": sweep.unit, "size_name": sweep.size_name,
             "ceiling_name": sweep.ceiling_name, "ceiling": ceiling, "rounds": sweep.rounds,
             "sizes": list(sweep.sizes), "labels": [sweep.label(n) for n in sweep.sizes], **work,
             "ours": ours, "pytorch": theirs, "ratios": ratios, "ceiling_fractions": fractions,
@@ -155,10 +156,11 @@ def run_sweep(sweep: Sweep, ceiling: float, out: Path, card: str) -> dict:
             record = sweep_record(sweep, ceiling, note=f"skipped: {sweep.path} does not exist yet")
         else:
             log(f"[{sweep.name}] {sweep.title}: {len(sweep.sizes)} sizes, {sweep.rounds} rounds each")
+            seeds = itertools.count()  # each input set its own values
             series = measure_sweep(
-                fn, sweep.reference, lambda n: sweep.make_inputs(n, "cuda"), sweep.sizes,
+                fn, sweep.reference, lambda n: sweep.make_inputs(n, "cuda", next(seeds)), sweep.sizes,
                 bytes_moved=sweep.bytes_moved, flops=sweep.flops, labels=(series_label(sweep), sweep.baseline),
-                rounds=sweep.rounds, atol=sweep.atol, rtol=sweep.rtol,
+                rounds=sweep.rounds, check=sweep.problem,
                 progress=lambda n, ours, theirs: log(point_line(sweep, n, ours, theirs, ceiling)))
             record = sweep_record(sweep, ceiling, *series.values())
             plot_sweep(record, card).savefig(out / record["plot"], dpi=120)

@@ -2,7 +2,7 @@
 
 This repository is the instructor's: ``solutions/`` holds every reference answer and every
 problem set's hidden cases, ``source/`` the notebooks with their solutions and hidden tests.
-``python -m autograder.distribution DEST`` writes the students' copy to DEST, a new folder:
+``triton-course distribute DEST`` writes the students' copy to DEST, a new folder:
 the ``autograder`` package (with the lessons' live kernels, :mod:`autograder.kernels`), the
 lessons, the problem sets as released (``student/``), the set-up script and a README of its
 own. Publish DEST (the repository the Colab badges point at, ``[tool.triton-course]
@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COPIED = ("autograder", "notebooks", "student", "scripts/setup_env.sh", "environment.yml", "results/gpu/*.png")
 """What the students' copy takes from this repository, as it is (the figures are the lessons'
 reference runs on an H200)."""

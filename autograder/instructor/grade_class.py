@@ -1,9 +1,9 @@
 """Autograde a whole class, students side by side, and print who got what and why.
 
-``python -m autograder.grade_class ps1_broadcast_add`` (from the course root, after
+``triton-course grade ps1_broadcast_add`` (from the course root, after
 ``nbgrader collect``) runs ``nbgrader autograde`` for each student in ``submitted/`` in a
 process and a copy of the course of its own, several at once, one GPU each
-(:mod:`autograder.grade_workers`; ``--workers``), so a notebook that is broken, hangs or
+(:mod:`autograder.instructor.grade_workers`; ``--workers``), so a notebook that is broken, hangs or
 crashes costs only its own student; this process alone writes the gradebook. Then it prints
 a table: points, the tests that lost points, and why, and which locked cells a student
 changed (each is graded as released: :mod:`autograder.grading.autograde`).
@@ -34,9 +34,9 @@ from nbgrader.api import Gradebook, MissingEntry
 import solutions
 
 from . import grade_workers
-from .report import CASE_MARK
-from .grading import confine, sandbox
-from .grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
+from ..report import CASE_MARK
+from ..grading import confine, sandbox
+from ..grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
 RESULTS_FOLDER = "grades"
 """Beside the gradebook: ``<assignment>.json`` and ``.csv``, rewritten after every student;
@@ -117,7 +117,7 @@ def setup_problems(course: Path, assignment: str) -> list[str]:
     """What would make grading this class go wrong, one sentence each: nbgrader's settings not
     the course's (hidden tests would show in the feedback, the student's cells would run in
     the tests' kernel), a grading user who cannot run Python, points in the package that differ
-    from the gradebook's."""
+    from the gradebook's, a rubric (points, threshold) that differs from the one released."""
     problems = []
     if not (course / "gradebook.db").exists():
         problems.append(f"{course} has no gradebook.db: run `nbgrader generate_assignment {assignment}` there first.")
@@ -132,11 +132,12 @@ def setup_problems(course: Path, assignment: str) -> list[str]:
     except (PermissionError, KeyError) as error:
         problems.append(str(error).strip("'\""))
     problems += _points_differ(course, assignment)
+    problems += _rubric_differs(course, assignment)
     return problems
 
 
 def _points_differ(course: Path, assignment: str) -> list[str]:
-    from . import exercises
+    from .. import exercises
     if assignment not in exercises.ASSIGNMENTS or not (course / "gradebook.db").exists():
         return []
     declared = exercises.get(assignment).points
@@ -152,6 +153,26 @@ def _points_differ(course: Path, assignment: str) -> list[str]:
         return []
     return [f"{'; '.join(differ)}: run `nbgrader generate_assignment {assignment} --force` after changing "
             "the declaration (and reinstall the package where grading runs)."]
+
+
+def _rubric_differs(course: Path, assignment: str) -> list[str]:
+    """The released notebook's rubric (points and threshold, as students read it) against the
+    one the package grades by."""
+    from .. import exercises
+    from .sync import rubric
+    released = course / "release" / assignment / f"{assignment}.ipynb"
+    if assignment not in exercises.ASSIGNMENTS or not released.exists():
+        return []
+    cells = nbformat.read(released, as_version=4).cells
+    told = next((c.source for c in cells if c.cell_type == "markdown" and c.source.startswith("### Rubric")), None)
+    graded = rubric(assignment)
+    if told is None or told == graded:
+        return []
+    changed = [f"'{new}' where students read '{old}'" for old, new in zip(told.splitlines(), graded.splitlines())
+               if old != new]
+    return [f"the package grades {assignment} by another rubric than the released notebook shows: "
+            f"{'; '.join(changed) or graded}. Run `triton-course sync` and `nbgrader generate_assignment "
+            f"{assignment} --force`, release it again, and reinstall the package where grading runs."]
 
 
 def unreadable(course: Path, assignment: str, student: str) -> str | None:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from string import Template
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "templates" / "problem_set"
 NAME = re.compile(r"ps(\d)_([a-z][a-z0-9]*(?:_[a-z0-9]+)*)")
 
@@ -31,7 +31,7 @@ Left to do by hand (CONTRIBUTING.md, "Add a problem set"):
   3. tests/test_nbgrader_pipeline.py: WRONG["$name"], two or three edits of the answer that lose points.
   4. README.md: a row in "Lessons and assignments" and one in "GPU results" (tests/test_readme.py).
   5. On a GPU: bash scripts/gpu_run.sh bench --only $name, for the threshold; a sweep over
-     sizes, if the kernel deserves one, goes in autograder/benchmarks.py.
+     sizes, if the kernel deserves one, goes in autograder/bench/sweeps.py.
   6. The lesson before it: a "Next" link to student/$name/$name.ipynb, and its Chinese table if any.
   7. make test: tests/test_problem_sets.py fails until the answer has 10 lines no lesson prints."""
 
@@ -87,10 +87,11 @@ def scaffold(name: str, title: str) -> list[Path]:
             text = Template(text).substitute(fields)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    from . import exercises, notebook_sync, student_versions
+    from .. import exercises
+    from . import student_versions, sync
     importlib.invalidate_caches()
     importlib.reload(exercises)  # read when autograder was imported, before the new declaration existed
-    notebook_sync.sync(paths["source.ipynb"])
+    sync.sync(paths["source.ipynb"])
     student_versions.sync(name)
     return [*paths.values(), student_versions.student_path(name)]
 
