@@ -62,7 +62,7 @@ def _compiled_mode(fn):
     import triton.language as tl
     from triton.runtime.jit import JITFunction
 
-    from .device import triton_language_namespaces
+    from .device import swap_kernels, triton_language_namespaces
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:  # a Triton without the interpreter: nothing was swapped
@@ -71,20 +71,7 @@ def _compiled_mode(fn):
     leftovers = _interpreter_leftovers(InterpretedFunction)
     for name, _, original in leftovers:
         setattr(tl.core, name, original)
-    swapped, changes = {}, []
-    pending, visited = [fn.__globals__, *triton_language_namespaces()], set()
-    while pending:
-        namespace = pending.pop()
-        if id(namespace) in visited:
-            continue
-        visited.add(id(namespace))
-        for name, value in list(namespace.items()):
-            if isinstance(value, InterpretedFunction):
-                if id(value) not in swapped:
-                    swapped[id(value)] = JITFunction(value.fn)
-                    pending.append(value.fn.__globals__)
-                changes.append((namespace, name, value))
-                namespace[name] = swapped[id(value)]
+    changes = swap_kernels([fn.__globals__, *triton_language_namespaces()], InterpretedFunction, JITFunction)
     try:
         yield
     finally:

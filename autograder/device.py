@@ -119,7 +119,14 @@ def reinterpret(namespaces: list[dict]) -> list[tuple[dict, str, object]]:
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
-    swapped: dict[int, InterpretedFunction] = {}
+    return swap_kernels(namespaces, JITFunction, InterpretedFunction)
+
+
+def swap_kernels(namespaces: list[dict], kind: type, make: type) -> list[tuple[dict, str, object]]:
+    """Swap each function of ``kind`` in ``namespaces`` (module globals), and in the globals of
+    those it can call, for ``make`` of its Python function (one each, however often it is named);
+    return what was swapped as (namespace, name, original), to put back."""
+    swapped: dict[int, object] = {}
     changes, pending, visited = [], list(namespaces), set()
     while pending:
         namespace = pending.pop()
@@ -127,9 +134,9 @@ def reinterpret(namespaces: list[dict]) -> list[tuple[dict, str, object]]:
             continue
         visited.add(id(namespace))
         for name, value in list(namespace.items()):
-            if isinstance(value, JITFunction):
+            if isinstance(value, kind):
                 if id(value) not in swapped:
-                    swapped[id(value)] = InterpretedFunction(value.fn)
+                    swapped[id(value)] = make(value.fn)
                     pending.append(value.fn.__globals__)
                 changes.append((namespace, name, value))
                 namespace[name] = swapped[id(value)]

@@ -214,6 +214,16 @@ ALLOWED = {
     "4.0×": "the same count, to one decimal (lesson 4)",
     "2.5×": "counted: the RMS norm chain's bytes over one fused kernel's (lesson 1)",
     "1.5×": "counted: the online softmax's 12 bytes per element over 8 (lesson 5)",
+    # figures the English gives in words ("16 times"), which the Chinese writes with 倍
+    "16×": "arithmetic: a 4 MiB row over an SM's 256 KB register file (lesson 5)",
+    "18×": "arithmetic: a 4 MiB row over an SM's 227 KB of shared memory (lesson 5)",
+    "500,000×": "order of magnitude: 1.7 ms per interpreted program against an H200 (lesson 6)",
+    "100×": "the range quoted for compute-sanitizer's slowdown, 10 to 100 times (lesson 6)",
+    "24×": "arithmetic: 1.61 GB of tile loads over 67 MB of inputs (lesson 7)",
+    "8×": "arithmetic: bfloat16's rounding, 2^-8, over float16's 2^-11 (lesson 7)",
+    "495 TFLOP/s": "NVIDIA's dense TF32 rate for the H100 SXM (lesson 7)",
+    "7.4×": "arithmetic: e^2 (lesson 8)",
+    "49×": "arithmetic: 26.3 GB over 0.54 GB (lesson 8)",
 }
 """Figures that may be typed, each with the reason: datasheet values and arithmetic."""
 

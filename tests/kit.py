@@ -11,7 +11,9 @@ as the tests import ``conftest``).
   :func:`edited` applies such edits to any source.
 - Lessons 9 and 10's RMSNorm layer: :func:`layer_inputs` and :func:`assert_grads`.
 - A copy of the course to change: :func:`course_copy` (the repository's files, as a clone would
-  have them) and :func:`in_copy` (a Python command run in it, importing the copy's packages).
+  have them) and :func:`in_copy` (a Python command run in it, importing the copy's packages);
+  :func:`sync_of_a_changed_copy`, what the sync reports for one notebook changed by hand.
+- Softmax rows with a trap past their end: :func:`rows_with_a_trap_past_them`.
 
 Source is always loaded from a file (:func:`load_source`): ``@triton.jit`` reads a kernel's
 source through ``inspect``, which needs one.
@@ -160,3 +162,29 @@ def in_copy(copy: Path, *args: str) -> subprocess.CompletedProcess:
     """``python *args`` in ``copy``, importing the copy's packages."""
     return subprocess.run([sys.executable, *args], cwd=copy, capture_output=True, text=True,
                           env=venv_env(PYTHONPATH=str(copy)), timeout=300)
+
+
+def sync_of_a_changed_copy(notebook: Path, change) -> list[str]:
+    """What ``triton-course sync --check`` reports for a copy of ``notebook`` after ``change(nb)``
+    (the copy lies beside it, so that its paths resolve, and is removed after)."""
+    from autograder.instructor import sync
+
+    nb = nbformat.read(notebook, as_version=4)
+    change(nb)
+    copy = notebook.parent / f"changed-copy-of-{notebook.name}"
+    nbformat.write(nb, copy)
+    try:
+        return sync.sync(copy, write=False)
+    finally:
+        copy.unlink()
+
+
+def rows_with_a_trap_past_them(dtype, device) -> torch.Tensor:
+    """8 rows of 257 columns, a slice of 300-wide rows whose columns 257-299 hold 1e4: a softmax
+    that reads past column 256 takes them into its max."""
+    torch.manual_seed(0)
+    wide = torch.randn(8, 300, dtype=dtype, device=device)
+    wide[:, 257:] = 1e4
+    x = wide[:, :257]
+    assert x.stride() == (300, 1)
+    return x

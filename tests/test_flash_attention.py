@@ -206,35 +206,17 @@ def test_attention_step_solution_passes():
     assert result.correct, result.summary()
 
 
-@triton.jit
-def _wrong_step_kernel(out_ptr, m_ptr, acc_ptr, s_ptr, v_ptr, n_rows, HEAD_DIM: tl.constexpr,
-                       KEYS: tl.constexpr, BLOCK_M: tl.constexpr, WRONG: tl.constexpr):
-    rows = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    valid = rows < n_rows
-    keys, dims = tl.arange(0, KEYS), tl.arange(0, HEAD_DIM)
-    m = tl.load(m_ptr + rows, mask=valid, other=0.0)
-    s = tl.load(s_ptr + rows[:, None] * KEYS + keys[None, :], mask=valid[:, None], other=0.0)
-    acc = tl.load(acc_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=valid[:, None], other=0.0)
-    v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :])
-    m_new = tl.maximum(m, tl.max(s, axis=1))
-    if WRONG == 0:  # no rescale: the old terms stay relative to the old max
-        acc = acc + tl.dot(tl.exp(s - m_new[:, None]).to(v.dtype), v)
-    elif WRONG == 1:  # the rescale inverted, a factor above 1
-        acc = acc * tl.exp(m_new - m)[:, None] + tl.dot(tl.exp(s - m_new[:, None]).to(v.dtype), v)
-    else:  # the new terms relative to the old max
-        acc = acc * tl.exp(m - m_new)[:, None] + tl.dot(tl.exp(s - m[:, None]).to(v.dtype), v)
-    tl.store(out_ptr + rows[:, None] * HEAD_DIM + dims[None, :], acc, mask=valid[:, None])
+WRONG_STEPS = {  # the reference with one edit each
+    "no_rescale": ("acc = acc * tl.exp(m - m_new)[:, None] + tl.dot(", "acc = acc + tl.dot("),  # old terms keep the old max
+    "inverted_rescale": ("tl.exp(m - m_new)[:, None]", "tl.exp(m_new - m)[:, None]"),  # a factor above 1
+    "old_max": ("p = tl.exp(s - m_new[:, None])", "p = tl.exp(s - m[:, None])"),  # new terms against the old max
+}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf·0 and NaN in the interpreter's NumPy
-@pytest.mark.parametrize("wrong", [0, 1, 2], ids=["no_rescale", "inverted_rescale", "old_max"])
+@pytest.mark.parametrize("wrong", list(WRONG_STEPS))
 def test_wrong_attention_steps_fail(wrong):
-    def step(m, acc, s, v):
-        out = torch.empty_like(acc)
-        _wrong_step_kernel[(triton.cdiv(acc.shape[0], 16),)](out, m, acc, s, v, acc.shape[0], HEAD_DIM=acc.shape[1],
-                                                            KEYS=s.shape[1], BLOCK_M=16, WRONG=wrong)
-        return out
-
+    step = kit.mutant("attention_step", WRONG_STEPS[wrong]).attention_step
     result = check(STEP, step, measure_throughput=False, verbose=False)
     # The 1-row case is a lone empty state, which a missing rescale gets right: acc is 0.
     assert not any(c.passed for c in result.cases if not c.label.startswith("1×")), result.summary()

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 import triton
-import triton.language as tl
 
 from autograder import check, quiz
+from autograder.kernels import rms_norm_backward as lesson
 from autograder.kernels.rms_norm_backward import (EPS, GROUPS, RMSNorm, RMSNormFunction, naive_rms_norm_layer,
                                                   rms_norm_backward, rms_norm_backward_atomic, rms_norm_dw,
                                                   rms_norm_dx, rms_norm_forward, sum_rows_kernel)
@@ -16,6 +16,9 @@ from autograder.lesson_exercises.l09_backward import EXERCISE as GRAD
 from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, EXERCISE as DX
 from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES, EXERCISE as DW
 
+from solutions import rms_norm_grad as grad_reference
+
+import kit
 from conftest import DEVICE, ROOT
 from kit import assert_grads, assert_not_written, layer_inputs, load_stub, notebook_code
 
@@ -137,49 +140,21 @@ def test_the_reference_passes_the_declared_checks(strategy):
 
 # --- wrong backwards must fail ------------------------------------------------------------------
 
-@triton.jit
-def _variant_kernel(dx_ptr, dw_ptr, x_ptr, w_ptr, r_ptr, dy_ptr, x_row_stride, dy_row_stride, dx_row_stride,
-                    n_cols, BLOCK_SIZE: tl.constexpr, MEAN_TERM: tl.constexpr, MEAN_OVER_BLOCK: tl.constexpr,
-                    W_IN_MEAN: tl.constexpr, REDUCE_DW: tl.constexpr):
-    """One program per row, dw by atomics; each flag switches one mistake on (or off)."""
-    row = tl.program_id(axis=0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    r = tl.load(r_ptr + row)
-    w_dy = w * dy
-    if W_IN_MEAN:
-        total = tl.sum(x * w_dy, axis=0)
-    else:
-        total = tl.sum(x * dy, axis=0)
-    if MEAN_OVER_BLOCK:
-        c = total / BLOCK_SIZE
-    else:
-        c = total / n_cols
-    dx = r * w_dy
-    if MEAN_TERM:
-        dx = dx - x * (r * r * r * c)
-    tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-    if REDUCE_DW:
-        tl.atomic_add(dw_ptr + cols, dy * x * r, mask=mask)
-    else:  # every program stores its own row's terms over the same N addresses: the last one stays
-        tl.store(dw_ptr + cols, dy * x * r, mask=mask)
+LESSON_KERNELS = str(ROOT / "autograder" / "kernels" / "rms_norm_backward.py")
+MEAN = "c = tl.sum(x * w_dy, axis=0) / n_cols"
+WRONG = {  # the lesson's backward with one edit each
+    "no_mean_term": [("dx = r * w_dy - x * (r * r * r * c)", "dx = r * w_dy")],
+    "mean_over_block": [(MEAN, "c = tl.sum(x * w_dy, axis=0) / cols.shape[0]")],  # padding lanes counted
+    "mean_without_w": [(MEAN, "c = tl.sum(x * dy, axis=0) / n_cols")],
+    "dw_stored_not_added": [("tl.atomic_add(dw_ptr + cols, dw_row, mask=mask)",  # the last program's row stays
+                             "tl.store(dw_ptr + cols, dw_row, mask=mask)")],
+}
 
 
-def variant(mean_term=True, mean_over_block=False, w_in_mean=True, reduce_dw=True):
-    """A backward (x, w, dy) -> (dx, dw) with the lesson's forward and the chosen mistakes."""
-    def backward(x, w, dy):
-        x, dy = (t if t.stride(1) == 1 else t.contiguous() for t in (x, dy))
-        _, r = rms_norm_forward(x, w)
-        dx = torch.empty_like(x, memory_format=torch.contiguous_format)
-        dw = torch.zeros(x.shape[1], device=x.device)
-        _variant_kernel[(x.shape[0],)](dx, dw, x, w, r, dy, x.stride(0), dy.stride(0), dx.stride(0), x.shape[1],
-                                       BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), MEAN_TERM=mean_term,
-                                       MEAN_OVER_BLOCK=mean_over_block, W_IN_MEAN=w_in_mean, REDUCE_DW=reduce_dw)
-        return dx, dw.to(w.dtype)
-    return backward
+def variant(mistake: str | None = None):
+    """A backward (x, w, dy) -> (dx, dw): the lesson's, dw by atomics, with one mistake (or none)."""
+    module = kit.mutant(LESSON_KERNELS, *WRONG[mistake]) if mistake else lesson
+    return lambda x, w, dy: (module.rms_norm_dx(x, w, dy), module.rms_norm_dw(x, w, dy, strategy="atomic"))
 
 
 def failed(exercise, backward, output):
@@ -202,54 +177,36 @@ def test_a_correct_rewrite_passes_both_checks():
 
 
 def test_a_dx_without_the_mean_term_fails_every_case():
-    bad, result = failed(DX, variant(mean_term=False), 0)
+    bad, result = failed(DX, variant("no_mean_term"), 0)
     assert bad == labels(CASES), result.summary()
 
 
 def test_a_mean_over_the_padding_lanes_fails_every_row_length_that_is_not_a_power_of_two():
     # Not in the large float16 case: there dx is ~4e-4 and the mean term ~2e-6, so dividing by 512
     # instead of 500 moves dx by under 4e-6, inside float16's atol of 1e-5. Every other padded case fails.
-    bad, result = failed(DX, variant(mean_over_block=True), 0)
+    bad, result = failed(DX, variant("mean_over_block"), 0)
     padded = {c for c in CASES if c.shape[1] & (c.shape[1] - 1) and c.values == "normal"}
     assert labels(padded) <= bad <= labels(c for c in CASES if c.shape[1] & (c.shape[1] - 1)), result.summary()
 
 
 def test_a_mean_term_without_the_weight_fails_every_case():
-    bad, result = failed(DX, variant(w_in_mean=False), 0)
+    bad, result = failed(DX, variant("mean_without_w"), 0)
     assert bad == labels(CASES), result.summary()
 
 
 def test_a_dw_without_the_cross_program_reduction_fails_every_case_of_more_than_one_row():
-    bad, result = failed(DW, variant(reduce_dw=False), 1)
+    bad, result = failed(DW, variant("dw_stored_not_added"), 1)
     assert bad == labels(c for c in CASES if c.shape[0] > 1), result.summary()
     assert bad != labels(CASES)  # one row has nothing to reduce: right by luck
 
 
 # --- the exercise ---------------------------------------------------------------------------
 
-@triton.jit
-def _grad_variant_kernel(dx_ptr, x_ptr, dy_ptr, x_row_stride, dy_row_stride, dx_row_stride, n_cols, eps,
-                         BLOCK_SIZE: tl.constexpr, MEAN_TERM: tl.constexpr):
-    row = tl.program_id(axis=0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
-    dx = r * dy
-    if MEAN_TERM:
-        dx = dx - x * (r * r * r * (tl.sum(x * dy, axis=0) / n_cols))
-    tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
 def grad_variant(eps=EPS, mean_term=True):
-    def rms_norm_grad(x, dy):
-        x = x if x.stride(1) == 1 else x.contiguous()
-        dx = torch.empty_like(x, memory_format=torch.contiguous_format)
-        _grad_variant_kernel[(x.shape[0],)](dx, x, dy, x.stride(0), dy.stride(0), dx.stride(0), x.shape[1], eps,
-                                            BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), MEAN_TERM=mean_term)
-        return dx
-    return rms_norm_grad
+    """The exercise's reference, with ``eps`` and without the mean term if asked."""
+    module = kit.mutant("rms_norm_grad", ("grad = inv_rms * dy_row - x_row * (inv_rms * inv_rms * inv_rms * mean_x_dy)",
+                                          "grad = inv_rms * dy_row")) if not mean_term else grad_reference
+    return functools.partial(module.rms_norm_grad, eps=eps)
 
 
 def test_the_exercise_catches_a_missing_eps_and_a_missing_mean_term():
@@ -258,7 +215,7 @@ def test_the_exercise_catches_a_missing_eps_and_a_missing_mean_term():
         no_eps = check(GRAD, grad_variant(eps=0.0), seed=0, verbose=False)
     zero_rows = {c.label for c in GRAD.cases("visible", DEV) if c.shape[0] > 2}  # rows 2, 5, ... are zeros
     assert zero_rows <= {c.label for c in no_eps.cases if not c.passed}, no_eps.summary()
-    no_mean = check(GRAD, grad_variant(mean_term=False), seed=0, verbose=False)
+    no_mean = check(GRAD, grad_variant("no_mean_term"), seed=0, verbose=False)
     assert not any(c.passed for c in no_mean.cases), no_mean.summary()
 
 

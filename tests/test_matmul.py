@@ -7,7 +7,6 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 
 from autograder import check, plots, quiz  # noqa: E402
 from autograder.lesson_kernels.matmul import EXERCISE as MATMUL, MATMUL_TOLERANCES  # noqa: E402
@@ -15,7 +14,8 @@ from autograder.lesson_exercises.l07_matmul import EXERCISE as BMM  # noqa: E402
 from solutions.bmm import bmm, bmm_kernel  # noqa: E402
 from autograder.kernels.matmul import CONFIGS, launch_order, matmul, matmul_kernel  # noqa: E402
 
-from conftest import DEVICE  # noqa: E402
+from conftest import DEVICE, ROOT  # noqa: E402
+import kit  # noqa: E402
 
 DEV = DEVICE.device
 SEED = 0  # fixed inputs: which cases a wrong kernel fails must not depend on the draw
@@ -78,39 +78,19 @@ def test_reference_passes_its_own_check():
 # --- wrong kernels fail where they should -----------------------------------------------------
 
 
-@triton.jit
-def _matmul_variant(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                    stride_cm, stride_cn, BLOCK: tl.constexpr, MASK_K: tl.constexpr, FP16_ACC: tl.constexpr):
-    rows = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-    cols = tl.program_id(axis=1) * BLOCK + tl.arange(0, BLOCK)
-    ks = tl.arange(0, BLOCK)
-    row_ok = rows[:, None] < M
-    col_ok = cols[None, :] < N
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float16 if FP16_ACC else tl.float32)
-    for start in range(0, K, BLOCK):
-        if MASK_K:
-            k_ok = start + ks < K
-        else:
-            k_ok = ks >= 0  # every lane, past K too
-        a = tl.load(a_ptr + rows[:, None] * stride_am + (start + ks)[None, :] * stride_ak,
-                    mask=row_ok & k_ok[None, :], other=0.0)
-        b = tl.load(b_ptr + (start + ks)[:, None] * stride_bk + cols[None, :] * stride_bn,
-                    mask=k_ok[:, None] & col_ok, other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee").to(acc.dtype)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
-             acc.to(c_ptr.dtype.element_ty), mask=row_ok & col_ok)
+WRONG = {  # lesson 7's kernel with one edit each
+    "no_k_mask": [("k_ok = ks < K - step * BLOCK_K", "k_ok = ks >= 0  # every lane, past K too")],
+    "fp16_accumulator": [("acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)",
+                          "acc = (acc.to(tl.float16) + tl.dot(a, b, input_precision=INPUT_PRECISION)"
+                          ".to(tl.float16)).to(tl.float32)")],
+    "b_read_transposed": [("b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn",
+                           "b_ptrs = b_ptr + ks[:, None] * stride_bn + cols[None, :] * stride_bk"),
+                          ("b_ptrs += BLOCK_K * stride_bk", "b_ptrs += BLOCK_K * stride_bn")],
+}
 
 
-def _variant(mask_k=True, fp16_acc=False, transpose_b=False):
-    def wrong_matmul(a, b):
-        M, K = a.shape
-        N = b.shape[1]
-        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-        b_strides = b.stride()[::-1] if transpose_b else b.stride()  # reads b as if it were b.T
-        _matmul_variant[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
-            a, b, c, M, N, K, *a.stride(), *b_strides, *c.stride(), BLOCK=32, MASK_K=mask_k, FP16_ACC=fp16_acc)
-        return c
-    return wrong_matmul
+def wrong_matmul(mistake: str):
+    return kit.mutant(str(ROOT / "autograder" / "kernels" / "matmul.py"), *WRONG[mistake]).matmul
 
 
 def failed(fn, exercise=MATMUL):
@@ -122,12 +102,8 @@ def visible(predicate, exercise=MATMUL):
     return {c.label for c in exercise.cases("visible", DEV) if predicate(c)}
 
 
-def test_the_variant_kernel_itself_is_right():
-    assert failed(_variant())[0] == {}
-
-
 def test_no_k_mask_fails_exactly_the_ragged_k_cases():
-    wrong, _ = failed(_variant(mask_k=False))
+    wrong, _ = failed(wrong_matmul("no_k_mask"))
     # on the CPU the padding lies past the end of a or b (the bounds check stops it); on a GPU
     # it reads the next row's values or whatever follows the tensor
     assert set(wrong) == visible(lambda c: c.shape[2] % 32 != 0)
@@ -135,18 +111,18 @@ def test_no_k_mask_fails_exactly_the_ragged_k_cases():
 
 
 def test_a_float16_accumulator_fails_the_long_float16_sum():
-    wrong, _ = failed(_variant(fp16_acc=True))
+    wrong, _ = failed(wrong_matmul("fp16_accumulator"))
     assert "64×64×512 float16" in wrong and "17×33×130 float16" not in wrong
     assert "elements differ" in wrong["64×64×512 float16"]
     assert visible(lambda c: c.dtype == torch.float32 and c.shape[2] > 1) <= set(wrong)  # 11 bits of 24 kept
 
 
 def test_reading_b_transposed_fails_everything_but_a_single_product():
-    wrong, _ = failed(_variant(transpose_b=True))
+    wrong, _ = failed(wrong_matmul("b_read_transposed"))
     assert set(wrong) == visible(lambda c: c.shape != (1, 1, 1))
 
 
-@pytest.mark.parametrize("cheat", [lambda a, b: torch.matmul(a, b), lambda a, b: _variant()(a, b) * 0 + a @ b,
+@pytest.mark.parametrize("cheat", [lambda a, b: torch.matmul(a, b), lambda a, b: matmul(a, b) * 0 + a @ b,
                                    lambda a, b: torch.einsum("mk,kn->mn", a, b)],
                          ids=["torch.matmul", "kernel then a @ b", "einsum"])
 def test_pytorch_matmuls_are_rejected(cheat):
@@ -155,7 +131,7 @@ def test_pytorch_matmuls_are_rejected(cheat):
 
 
 def test_an_n_by_m_result_fails_on_its_shape():
-    wrong, _ = failed(lambda a, b: _variant()(b.t(), a.t()))  # (a @ b).T, N×M
+    wrong, _ = failed(lambda a, b: matmul(b.t(), a.t()))  # (a @ b).T, N×M
     for case in MATMUL.cases("visible", DEV):
         m, n, _ = case.shape
         if m != n:

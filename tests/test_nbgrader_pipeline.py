@@ -234,8 +234,22 @@ WRONG = {
 }
 
 
-def expected_points(assignment: str, answer_cell: str) -> dict[str, float]:
-    """What the answer earns by the self-check, run here on this machine's cases."""
+def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
+    """The seed each graded cell drew its inputs with, as its output in ``autograded/`` says."""
+    nb = nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)
+    seeds = {}
+    for cell in nb.cells:
+        part = cell.metadata.get("nbgrader", {}).get("grade_id", "").removeprefix("test_")
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+        if part in ("correctness", "hidden") and (found := re.search(r"cases passed \(seed (\d+)\)", text)):
+            seeds[part] = int(found[1])
+    return seeds
+
+
+def expected_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None = None) -> dict[str, float]:
+    """What the answer earns by the self-check, run here on this machine's cases; with ``seeds``
+    (a part's name -> seed), on the inputs that grading drew, so a mistake that a draw can hide
+    is judged on the same draw."""
     from autograder import check, grading
     spec = exercises.get(assignment)
     nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -243,8 +257,9 @@ def expected_points(assignment: str, answer_cell: str) -> dict[str, float]:
     namespace = {}
     exec(compile(setup + "\n" + answer_cell, assignment, "exec"), namespace)
     fn = namespace[spec.function]
+    seeds = seeds or {}
     return {f"test_{part}": grading.points(spec, part, check(spec, fn, cases=cases, measure_throughput=False,
-                                                             verbose=False))
+                                                             verbose=False, **({"seed": seeds[part]} if part in seeds else {})))
             for part, cases in (("correctness", "visible"), ("hidden", "hidden"))} | {"test_throughput": 0.0}
 
 
@@ -276,6 +291,8 @@ def test_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(
     for student, answer_cell in answers.items():
         if student == "ref":
             continue
-        expected = expected_points(assignment, answer_cell)
+        seeds = graded_seeds(course, assignment, student)
+        assert set(seeds) == {"correctness", "hidden"}, seeds
+        expected = expected_points(assignment, answer_cell, seeds)
         assert expected["test_correctness"] + expected["test_hidden"] < points["correctness"] + points["hidden"]
         assert cell_scores(course, assignment, student) == pytest.approx(expected), student

@@ -3,8 +3,6 @@ failing exactly the cases that expose them; GPU-only checks at the end."""
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
 from autograder import check
 from autograder.assignments.ps4_linear_silu import EXERCISE, LARGE_X, LinearCase
@@ -13,6 +11,7 @@ from autograder.guards import watch
 from solutions.linear_silu import TILINGS, linear_silu, linear_silu_kernel
 
 from conftest import DEVICE
+import kit
 
 DEV = DEVICE.device
 SEED = 0  # fixed inputs: which cases a wrong kernel fails must not depend on the draw
@@ -99,99 +98,66 @@ def test_the_unfused_order_of_roundings_passes_the_tolerance():
 # --- wrong kernels fail where they should -----------------------------------------------------
 
 
-@triton.jit
-def _variant_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, stride_xm, stride_xk, stride_wn, stride_wk,
-                    stride_ym, stride_yn, BLOCK: tl.constexpr, BIAS: tl.constexpr, MASK_K: tl.constexpr,
-                    FP16_ACC: tl.constexpr, ROUND_FIRST: tl.constexpr, SIGMOID: tl.constexpr):
-    rows = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
-    cols = tl.program_id(axis=1) * BLOCK + tl.arange(0, BLOCK)
-    ks = tl.arange(0, BLOCK)
-    row_ok = rows < M
-    col_ok = cols < N
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float16 if FP16_ACC else tl.float32)
-    for start in range(0, K, BLOCK):
-        if MASK_K:
-            k_ok = start + ks < K
-        else:
-            k_ok = ks >= 0  # every lane, past K too
-        a = tl.load(x_ptr + rows[:, None] * stride_xm + (start + ks)[None, :] * stride_xk,
-                    mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(w_ptr + (start + ks)[:, None] * stride_wk + cols[None, :] * stride_wn,
-                    mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee").to(acc.dtype)
-    z = acc.to(tl.float32)
-    if BIAS == "n":
-        z += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    elif BIAS == "m":  # bias[m]: the row's entry, masked by M, not N
-        z += tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)[:, None]
-    if ROUND_FIRST:  # the pre-activation rounded to the output dtype, as an unfused kernel stores it
-        z = z.to(y_ptr.dtype.element_ty).to(tl.float32)
-    if SIGMOID == "stable":
-        e = tl.exp(-tl.abs(z))
-        y = z * tl.where(z >= 0, 1.0, e) / (1.0 + e)
-    else:  # exp(z) / (1 + exp(z)): inf / inf = NaN past z = 88.7
-        ez = tl.exp(z)
-        y = z * ez / (1.0 + ez)
-    if BIAS == "after":  # silu(x @ weight.T) + bias
-        y += tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, y.to(y_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & col_ok[None, :])
+BIAS_ADD = "    z += tl.load(b_ptr + offs_n * stride_b, mask=in_n, other=0.0).to(tl.float32)[None, :]\n"
+SILU = "    y = z * tl.where(z >= 0, 1.0, e) / (1.0 + e)\n"
+WRONG = {  # the reference with one edit each
+    "bias_along_m": [("tl.load(b_ptr + offs_n * stride_b, mask=in_n, other=0.0).to(tl.float32)[None, :]",
+                      "tl.load(b_ptr + offs_m * stride_b, mask=in_m, other=0.0).to(tl.float32)[:, None]")],
+    "bias_after_silu": [(BIAS_ADD, ""), (SILU, SILU + BIAS_ADD.replace("z +=", "y +="))],
+    "no_bias": [(BIAS_ADD, "")],
+    "weight_untransposed": [("offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn",  # reads weight as K×N
+                             "offs_k[:, None] * stride_wn + offs_n[None, :] * stride_wk"),
+                            ("wt_tile += TILE_K * stride_wk", "wt_tile += TILE_K * stride_wn")],
+    "no_k_mask": [("in_k = offs_k < K - k0", "in_k = offs_k >= 0")],
+    "fp16_accumulator": [("z = tl.dot(x_part, wt_part, z, input_precision=PRECISION)",
+                          "z = (z.to(tl.float16) + tl.dot(x_part, wt_part, input_precision=PRECISION)"
+                          ".to(tl.float16)).to(tl.float32)")],
+    "exp_ratio_sigmoid": [("    e = tl.exp(-tl.abs(z))\n" + SILU,  # exp(z) / (1 + exp(z)): inf / inf past 88.7
+                           "    e = tl.exp(z)\n    y = z * e / (1.0 + e)\n")],
+    "rounded_before_silu": [("    e = tl.exp(-tl.abs(z))\n",  # as an unfused kernel stores the pre-activation
+                             "    z = z.to(y_ptr.dtype.element_ty).to(tl.float32)\n    e = tl.exp(-tl.abs(z))\n")],
+}
 
 
-def _variant(bias="n", mask_k=True, fp16_acc=False, round_first=False, sigmoid="stable", untransposed=False):
-    def wrong_linear_silu(x, weight, bias_):
-        M, K = x.shape
-        N = weight.shape[0]
-        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-        stride_wn, stride_wk = weight.stride()
-        if untransposed:  # reads weight[k, n], as if it were the K×N operand already: x @ weight
-            stride_wn, stride_wk = stride_wk, stride_wn
-        _variant_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
-            x, weight, bias_, y, M, N, K, *x.stride(), stride_wn, stride_wk, *y.stride(), BLOCK=32, BIAS=bias,
-            MASK_K=mask_k, FP16_ACC=fp16_acc, ROUND_FIRST=round_first, SIGMOID=sigmoid)
-        return y
-    return wrong_linear_silu
-
-
-def test_the_variant_kernel_itself_is_right():
-    assert failed(_variant()) == {}
+def wrong_linear_silu(mistake: str):
+    return kit.mutant("linear_silu", *WRONG[mistake]).linear_silu
 
 
 def test_bias_along_the_rows_fails_all_but_a_single_output():
-    wrong = failed(_variant(bias="m"))
+    wrong = failed(wrong_linear_silu("bias_along_m"))
     assert set(wrong) == visible(lambda c: c.shape != (1, 1, 1))
     # where M > N, bias[m] reads past the bias: the interpreter stops it
     assert "out of bounds" in wrong["100×1×70 float32"] or DEVICE.has_gpu
 
 
 def test_bias_after_the_activation_fails_every_case():
-    assert set(failed(_variant(bias="after"))) == visible(lambda c: True)
+    assert set(failed(wrong_linear_silu("bias_after_silu"))) == visible(lambda c: True)
 
 
 def test_no_bias_fails_every_case():
-    assert set(failed(_variant(bias="none"))) == visible(lambda c: True)
+    assert set(failed(wrong_linear_silu("no_bias"))) == visible(lambda c: True)
 
 
 def test_reading_weight_untransposed_fails_all_but_a_single_output():
-    wrong = failed(_variant(untransposed=True))
+    wrong = failed(wrong_linear_silu("weight_untransposed"))
     assert set(wrong) == visible(lambda c: c.shape != (1, 1, 1))
 
 
 def test_no_k_mask_fails_exactly_the_ragged_k_cases():
-    wrong = failed(_variant(mask_k=False))
+    wrong = failed(wrong_linear_silu("no_k_mask"))
     assert set(wrong) == visible(lambda c: c.shape[2] % 32 != 0)
     assert all("out of bounds" in m or "elements differ" in m for m in wrong.values())
 
 
 def test_a_float16_accumulator_fails_the_long_float16_sum():
-    wrong = failed(_variant(fp16_acc=True))
+    wrong = failed(wrong_linear_silu("fp16_accumulator"))
     assert "64×64×512 float16" in wrong and "17×33×130 float16" not in wrong
     assert "elements differ" in wrong["64×64×512 float16"]
     assert visible(lambda c: c.dtype == torch.float32 and c.shape[2] > 1) <= set(wrong)  # 11 bits of 24 kept
 
 
 def test_an_overflowing_sigmoid_fails_the_large_cases_with_nan():
-    wrong = failed(_variant(sigmoid="exp_ratio"))
+    wrong = failed(wrong_linear_silu("exp_ratio_sigmoid"))
     # and the longest sum: at K = 512, z is N(0, 22.6²) and a few of 4096 outputs pass 88.7
     assert set(wrong) == visible(lambda c: c.values == "large" or c.shape[2] >= 512)
     assert all("NaN" in m for m in wrong.values())
@@ -200,12 +166,12 @@ def test_an_overflowing_sigmoid_fails_the_large_cases_with_nan():
 def test_rounding_before_the_activation_is_within_tolerance():
     """The unfused order of roundings, what F.silu(F.linear(...)) does in float16: the tolerance
     allows it (the two roundings use at most 0.36 of it), so fusing is graded by speed alone."""
-    assert failed(_variant(round_first=True)) == {}
-    assert failed(_variant(round_first=True), "hidden") == {}
+    assert failed(wrong_linear_silu("rounded_before_silu")) == {}
+    assert failed(wrong_linear_silu("rounded_before_silu"), "hidden") == {}
 
 
 @pytest.mark.parametrize("cheat", [lambda x, w, b: F.silu(F.linear(x, w, b)),
-                                   lambda x, w, b: _variant()(x, w, b) * 0 + F.linear(x, w, b)],
+                                   lambda x, w, b: linear_silu(x, w, b) * 0 + F.linear(x, w, b)],
                          ids=["F.linear", "kernel then F.linear"])
 def test_pytorch_linear_is_rejected(cheat):
     result = check(EXERCISE, cheat, measure_throughput=False, verbose=False, seed=SEED)

@@ -48,22 +48,12 @@ def waves(tiles: int, programs: int) -> str:
 
 
 # --- notebook cell: persistent ---
-from autograder.kernels.matmul import tile_order  # lesson 7's grouped order
-
-if INTERPRETED:
-    # One configuration, no timing: the interpreter runs one program at a time in NumPy.
-    CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32})]
-else:
-    # Lesson 7's Hopper-sized tiles. Each stage of the pipeline holds (BLOCK_M + BLOCK_N)·BLOCK_K
-    # 16-bit elements in shared memory: 48 KB at 128×256×64. 4 stages and what else the compiler
-    # keeps there (224 KB in all for sm_90, Triton 3.9) fit the 227 KB an H100/H200 program may use.
-    CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=warps, num_stages=stages)
-               for bm, bn, bk, warps, stages in ((128, 256, 64, 8, 3), (128, 256, 64, 8, 4),
-                                                 (128, 128, 64, 8, 4), (128, 128, 64, 4, 4),
-                                                 (64, 128, 64, 4, 4))]
+# Lesson 7's tiles (Hopper-sized; one set in the interpreter), its float32 pruning and its order.
+from autograder.kernels.matmul import CONFIGS, fewer_tiles_for_ieee, tile_order
 
 
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K", "INPUT_PRECISION"])
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K", "INPUT_PRECISION"],
+                 prune_configs_by={"early_config_prune": fewer_tiles_for_ieee})
 @triton.jit
 def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, owners_ptr, visits_ptr, M, N, K,
                              stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
