@@ -152,15 +152,13 @@ WRONG = {  # the lesson's backward with one edit each
 
 
 def variant(mistake: str | None = None):
-    """A backward (x, w, dy) -> (dx, dw): the lesson's, dw by atomics, with one mistake (or none)."""
-    module = kit.mutant(LESSON_KERNELS, *WRONG[mistake]) if mistake else lesson
-    return lambda x, w, dy: (module.rms_norm_dx(x, w, dy), module.rms_norm_dw(x, w, dy, strategy="atomic"))
+    """The lesson's kernels, with one mistake (or none)."""
+    return kit.mutant(LESSON_KERNELS, *WRONG[mistake]) if mistake else lesson
 
 
-def failed(exercise, backward, output):
-    """Labels of the cases where ``output`` (0: dx, 1: dw) of ``backward`` fails, and the result."""
-    def fn(x, w, dy):
-        return backward(x, w, dy)[output]
+def failed(exercise, kernels, output):
+    """Labels of the cases where ``output`` (0: dx, 1: dw by atomics) of ``kernels`` fails, and the result."""
+    fn = kernels.rms_norm_dx if output == 0 else functools.partial(kernels.rms_norm_dw, strategy="atomic")
     result = check(exercise, fn, seed=0, verbose=False)
     return {c.label for c in result.cases if not c.passed}, result
 
