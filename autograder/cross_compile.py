@@ -62,7 +62,7 @@ def _compiled_mode(fn):
     import triton.language as tl
     from triton.runtime.jit import JITFunction
 
-    from .device import swap_kernels, triton_language_namespaces
+    from .device import put_back, swap_kernels, triton_language_namespaces
     try:
         from triton.runtime.interpreter import InterpretedFunction
     except ImportError:  # a Triton without the interpreter: nothing was swapped
@@ -75,8 +75,7 @@ def _compiled_mode(fn):
     try:
         yield
     finally:
-        for namespace, name, value in reversed(changes):
-            namespace[name] = value
+        put_back(changes)
         for name, patched, _ in leftovers:  # as the interpreter left them
             setattr(tl.core, name, patched)
 

@@ -122,6 +122,12 @@ def reinterpret(namespaces: list[dict]) -> list[tuple[dict, str, object]]:
     return swap_kernels(namespaces, JITFunction, InterpretedFunction)
 
 
+def put_back(changes: list[tuple[dict, str, object]]) -> None:
+    """Undo :func:`swap_kernels` (or :func:`reinterpret`): each name holds its original again."""
+    for namespace, name, original in reversed(changes):
+        namespace[name] = original
+
+
 def swap_kernels(namespaces: list[dict], kind: type, make: type) -> list[tuple[dict, str, object]]:
     """Swap each function of ``kind`` in ``namespaces`` (module globals), and in the globals of
     those it can call, for ``make`` of its Python function (one each, however often it is named);

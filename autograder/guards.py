@@ -365,8 +365,7 @@ class Windows:
         if isinstance(value, TensorDescriptor):  # its loads and stores address the base tensor
             return dataclasses.replace(value, base=self._place(name, value.base))
         if isinstance(value, tuple):
-            items = [self._place(f"{name}[{i}]", v) for i, v in enumerate(value)]
-            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+            return retuple(value, [self._place(f"{name}[{i}]", v) for i, v in enumerate(value)])
         if not hasattr(value, "data_ptr"):
             return value
         tensor = value.base if isinstance(value, TensorWrapper) else value
@@ -396,6 +395,11 @@ class Windows:
         address = np.where(lanes.inside, self._starts[lanes.argument] + lanes.offset, 0).astype(np.uint64)
         return (TensorHandle(address.reshape(shape), ptrs.dtype),
                 TensorHandle((lanes.active & lanes.inside).reshape(shape), tl.int1))
+
+
+def retuple(original: tuple, items: list) -> tuple:
+    """``items`` as a tuple of ``original``'s kind (a named tuple stays one)."""
+    return type(original)(*items) if hasattr(original, "_fields") else tuple(items)
 
 
 class _Stores:

@@ -386,8 +386,7 @@ def _interpreted(kernel):
     finally:
         if runtime is not None:
             runtime.interpret = interpreting
-        for namespace, name, original in reversed(changes):
-            namespace[name] = original
+        device.put_back(changes)
 
 
 def _copy(value, storages: dict):
@@ -401,7 +400,7 @@ def _copy(value, storages: dict):
     if isinstance(value, TensorDescriptor):
         return dataclasses.replace(value, base=_copy(value.base, storages))
     if isinstance(value, tuple):
-        return _retuple(value, [_copy(v, storages) for v in value])
+        return guards.retuple(value, [_copy(v, storages) for v in value])
     if not isinstance(value, torch.Tensor):
         return value
     storage = value.untyped_storage()
@@ -409,10 +408,6 @@ def _copy(value, storages: dict):
         storages[storage.data_ptr()] = storage.cpu() if storage.device.type != "cpu" else storage.clone()
     copy = torch.empty(0, dtype=value.dtype)
     return copy.set_(storages[storage.data_ptr()], value.storage_offset(), value.size(), value.stride())
-
-
-def _retuple(original: tuple, items: list) -> tuple:
-    return type(original)(*items) if hasattr(original, "_fields") else tuple(items)
 
 
 def format_bytes(n: int) -> str:
