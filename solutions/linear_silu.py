@@ -43,10 +43,19 @@ else:
                                         (128, 64, 64, 4, 4), (64, 64, 64, 4, 4)]]
 
 
+TUNED_FROM = 2048**3
+"""Products of fewer multiply-adds (M·N·K) take the first tiles untimed: they take microseconds
+either way, and each tiling tried is one more compile per dtype and layout, which a check over
+many small cases would pay in full (minutes of autotuning before this limit)."""
+
+
 def tilings_for(configs, named_args, **kwargs):
-    """IEEE float32 dots do not use tensor cores: try only the tiles of 128×128 and less for them."""
+    """IEEE float32 dots do not use tensor cores: try only the tiles of 128×128 and less for them.
+    Small products: the first candidate only."""
     if kwargs.get("PRECISION", named_args.get("PRECISION")) == "ieee":
-        return [c for c in configs if c.kwargs["TILE_M"] * c.kwargs["TILE_N"] <= 128 * 128]
+        configs = [c for c in configs if c.kwargs["TILE_M"] * c.kwargs["TILE_N"] <= 128 * 128]
+    if named_args["M"] * named_args["N"] * named_args["K"] < TUNED_FROM:
+        return configs[:1]
     return configs
 
 
