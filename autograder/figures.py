@@ -224,6 +224,8 @@ ALLOWED = {
     "495 TFLOP/s": "NVIDIA's dense TF32 rate for the H100 SXM (lesson 7)",
     "7.4×": "arithmetic: e^2 (lesson 8)",
     "49×": "arithmetic: 26.3 GB over 0.54 GB (lesson 8)",
+    "130×": "computed the same on any machine: FP8 errors over float16's with an outlier, rounded (lesson 11)",
+    "250×": "the same computation, the other FP8 format (lesson 11)",
 }
 """Figures that may be typed, each with the reason: datasheet values and arithmetic."""
 

@@ -1,6 +1,7 @@
 """A Colab-like environment: a bare virtual env holding only what a notebook's first cell
 installs there, the course package (non-editable, so its runtime dependencies and none of the
-[course] or [test] extras: no nbgrader, no JupyterLab). Every lesson runs in it top to bottom,
+[course] or [test] extras: no nbgrader, no JupyterLab). Every lesson runs in it top to bottom, in its
+Chinese version (test_notebooks runs the English one),
 and every assignment's reference solution passes its self-check in it.
 
 The env is kept in .venv/colab-like and rebuilt when pyproject.toml or the recipe below
@@ -34,7 +35,9 @@ TORCH = re.search(r"^CPU_TORCH=(\S+)", (ROOT / "scripts" / "setup_env.sh").read_
 # (Colab has its own kernel and front end).
 HARNESS = ("ipykernel", "nbclient")
 PACKAGE_SOURCES = ("pyproject.toml", "README.md", "autograder", "solutions")
-LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# The Chinese lessons (test_notebooks runs the English ones): the code is the same, and this runs
+# them top to bottom, as the suite runs every notebook.
+LESSONS = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
 ASSIGNMENTS = sorted((ROOT / "source").glob("*/*.ipynb"))
 
 # Runs in the Colab-like env: one notebook, with a last cell that reports which Python ran it.
