@@ -44,6 +44,25 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# TRITON_COURSE_LANG=zh releases the Chinese version (autograder/instructor/translation.py): its
+# Markdown from student/zh/translations/, every graded cell, id and point as in the English one.
+# (nbgrader 0.9's list with the translation first.)
+c.GenerateAssignment.preprocessors = [
+    "autograder.instructor.translation.Translate",
+    "nbgrader.preprocessors.IncludeHeaderFooter",
+    "nbgrader.preprocessors.InstantiateTests",
+    "nbgrader.preprocessors.LockCells",
+    "nbgrader.preprocessors.ClearSolutions",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.CheckCellMetadata",
+    "nbgrader.preprocessors.ComputeChecksums",
+    "nbgrader.preprocessors.SaveCells",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbgrader.preprocessors.ClearMarkScheme",
+    "nbgrader.preprocessors.ComputeChecksums",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # What a student's version holds where the solution was: a sentence, not a bare exception.
 c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedError("your code goes here")'}
 

@@ -7,6 +7,7 @@ import secrets
 
 from . import device, exercises, throughput
 from .correctness import InProcess, run_cases
+from .language import say
 from .report import CheckResult, ThroughputResult
 
 
@@ -36,7 +37,7 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
             result.throughput = throughput.not_measured(
                 throughput.traffic_note(spec, fn, seed, largest) if result.correct else "")
         elif not result.correct:
-            result.throughput = ThroughputResult("not measured", "not measured: fix correctness first.")
+            result.throughput = ThroughputResult("not measured", say("not measured: fix correctness first."))
         else:
             result.throughput = throughput.measure(spec, fn, seed)
     if verbose:
@@ -65,9 +66,9 @@ def grade(exercise: str, fn, part: str) -> float:
     spec = exercises.get(exercise)
     if os.environ.get("NBGRADER_EXECUTION") == "autograde" and not isinstance(fn, GradedElsewhere):
         # the course's nbgrader_config.py was not loaded: the student's cells ran in this kernel
-        raise GradingFailure(f"{spec.name} {part}: not graded. nbgrader ran without the course's settings "
-                             "(nbgrader_config.py), so the student's cells ran beside the tests; run nbgrader "
-                             "from the course root, where nbgrader_config.py is.")
+        raise GradingFailure(say("{exercise} {part}: not graded. nbgrader ran without the course's settings "
+                                 "(nbgrader_config.py), so the student's cells ran beside the tests; run nbgrader "
+                                 "from the course root, where nbgrader_config.py is.", exercise=spec.name, part=part))
     if part not in spec.points:
         raise ValueError(f"part={part!r}: use one of {', '.join(spec.points)}")
     cases = "hidden" if part == "hidden" else "visible"
@@ -77,18 +78,19 @@ def grade(exercise: str, fn, part: str) -> float:
         result = check(spec, fn, cases=cases, measure_throughput=part == "throughput", verbose=False)
     points, earned = spec.points[part], grading.points(spec, part, result)
     if part == "throughput":
-        print(f"{spec.name} throughput: {result.throughput.message}")
+        print(say("{exercise} throughput: {message}", exercise=spec.name, message=result.throughput.message))
     else:
         print(result.summary())
     if part == "throughput" and grading.needs_a_gpu(result):
         # Nothing can be timed here: say so and score by the instructor's policy, never an error.
         if os.environ.get("NBGRADER_EXECUTION") == "validate":
-            print("Timed on a GPU when your work is graded; validating without one checks the other cells.")
+            print(say("Timed on a GPU when your work is graded; validating without one checks the other cells."))
             return None
-        awarded = f" (awarded without a GPU: {throughput.CPU_POLICY_VAR}=award)" if earned else ""
-        print(f"{earned:g} / {points:g} points{awarded}")
+        awarded = say(" (awarded without a GPU: {setting}=award)", setting=throughput.CPU_POLICY_VAR) if earned else ""
+        print(say("{earned:g} / {points:g} points", earned=earned, points=points) + awarded)
         return earned
     if earned > 0:
-        print(f"{earned:g} / {points:g} points")
+        print(say("{earned:g} / {points:g} points", earned=earned, points=points))
         return earned
-    raise GradingFailure(f"{spec.name} {part}: 0 / {points:g} points. {grading.why_nothing(result, part)}")
+    raise GradingFailure(say("{exercise} {part}: 0 / {points:g} points. {why}", exercise=spec.name, part=part,
+                             points=points, why=grading.why_nothing(result, part)))

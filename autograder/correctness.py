@@ -5,12 +5,14 @@ import functools
 import inspect
 import re
 import traceback
+import unicodedata
 from pathlib import Path
 
 import torch
 
 from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, kernel_line,
                      time_limit, watch)
+from .language import say
 from .report import CaseResult
 from .spec import Case, Exercise
 
@@ -19,17 +21,23 @@ SHOWN_MISMATCHES = 5
 _CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
                          r"|device-side assert|illegal instruction", re.IGNORECASE)
 """CUDA errors after which the process's CUDA context is unusable: every later call fails."""
-NOT_RUN_AFTER_FAULT = "not run: an earlier case broke this process's CUDA context (see that case)."
+
+
+def not_run_after_fault() -> str:
+    """Why a case after a CUDA fault was not run, in the language in use."""
+    return say("not run: an earlier case broke this process's CUDA context (see that case).")
 
 
 def signature_problem(exercise: Exercise, fn, args) -> str | None:
     """A sentence saying why ``fn`` cannot be called with ``args``, or None."""
     if not callable(fn):
-        return f"expected a function `{exercise.signature}`, got {type(fn).__name__}."
+        return say("expected a function `{signature}`, got {type}.", signature=exercise.signature,
+                   type=type(fn).__name__)
     try:
         inspect.signature(fn).bind(*args)
     except TypeError:
-        return f"`{getattr(fn, '__name__', fn)}` cannot be called as `{exercise.signature}`."
+        return say("`{name}` cannot be called as `{signature}`.", name=getattr(fn, '__name__', fn),
+                   signature=exercise.signature)
     except ValueError:
         pass  # no introspectable signature (a builtin): the call itself will tell
     return None
@@ -51,7 +59,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
         if problem is None:
             problem = judge_output(exercise, case, inputs, outs)
         results.append(CaseResult(case.label, problem is None, problem or ""))
-        ended = call.ended or (NOT_RUN_AFTER_FAULT if problem and is_cuda_fault(problem) else None)
+        ended = call.ended or (not_run_after_fault() if problem and is_cuda_fault(problem) else None)
     return results
 
 
@@ -92,7 +100,7 @@ def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor
     """A copy of ``t``'s whole storage, viewed like ``t`` (a kernel that strays into the gaps
     between strided rows reads what it would have read in the original), in guard zones if given."""
     if zones is not None:
-        return zones.place(t, "an input")
+        return zones.place(t, say("an input"))
     flat = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype, device=t.device)
     flat.untyped_storage().copy_(t.untyped_storage())
     return flat.as_strided(t.size(), t.stride(), t.storage_offset())
@@ -108,8 +116,9 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
     if (problem := signature_problem(exercise, fn, exercise.arguments(given))) is not None:
         return None, problem
     before = [t.clone() for t in _tensors(given)]
+    what = say("`{function}` on {label}", function=exercise.function, label=label)  # for the time limit's message
     try:
-        with time_limit(exercise.time_limit_s, f"`{exercise.function}` on {label}"), \
+        with time_limit(exercise.time_limit_s, what), \
                 watch(exercise.allowed_ops, zones, all_threads) as record:
             outs = exercise.call(fn, given)
             if device == "cuda":
@@ -131,12 +140,16 @@ def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> str | N
     """Why ``outs`` (one tensor for each of ``exercise.outputs``) are not the exercise's answer for
     ``inputs``, or None: their shapes, dtypes and values against the float64 reference."""
     expected = _reference(exercise, inputs)
+    several = len(exercise.outputs) > 1
     for name, out, want in zip(exercise.outputs, outs, expected):
-        what = name if len(exercise.outputs) > 1 else "output"
         if tuple(out.shape) != tuple(want.shape):
-            return f"{what} shape is {tuple(out.shape)}, expected {tuple(want.shape)} (the shape of PyTorch's result)."
+            shapes = dict(name=name, got=tuple(out.shape), want=tuple(want.shape))
+            return (say("{name} shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes) if several
+                    else say("output shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes))
         if out.dtype != case.dtype:
-            return f"{what} dtype is {out.dtype}, expected {case.dtype} (the inputs' dtype)."
+            dtypes = dict(name=name, got=out.dtype, want=case.dtype)
+            return (say("{name} dtype is {got}, expected {want} (the inputs' dtype).", **dtypes) if several
+                    else say("output dtype is {got}, expected {want} (the inputs' dtype).", **dtypes))
     return compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
 
 
@@ -172,50 +185,58 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
     """Which of the course's rules on how an output is made a call broke (from its
     :class:`~autograder.guards.CallRecord`), or None."""
     copies = sorted({op for op in record.torch_ops if op.split(".")[1] in DATA_MOVEMENT_OPS})
+    function = exercise.function
     if copies:  # data movement the exercise does not allow: a copy
-        return (f"`{exercise.function}` copied data with PyTorch ({', '.join(copies)}: .contiguous(), "
-                f".clone(), .to() or a reshape that cannot be a view). This exercise asks your kernel to "
-                f"read the inputs where they are, through their strides: a copy reads and writes "
-                f"every element once more.")
+        return say("`{function}` copied data with PyTorch ({ops}: .contiguous(), .clone(), .to() or a reshape "
+                   "that cannot be a view). This exercise asks your kernel to read the inputs where they are, "
+                   "through their strides: a copy reads and writes every element once more.",
+                   function=function, ops=", ".join(copies))
     if record.torch_ops:
-        ops = ", ".join(sorted(set(record.torch_ops)))
-        return (f"`{exercise.function}` computed with PyTorch ({ops}). This exercise asks for the "
-                f"arithmetic inside your Triton kernel; the wrapper may only allocate and launch.")
+        return say("`{function}` computed with PyTorch ({ops}). This exercise asks for the arithmetic inside "
+                   "your Triton kernel; the wrapper may only allocate and launch.",
+                   function=function, ops=", ".join(sorted(set(record.torch_ops))))
     if record.threads:
-        return (f"`{exercise.function}` handed work to another thread ({record.threads[0]}). Grading "
-                "watches the calling thread only: compute in your Triton kernel, launched from it.")
+        return say("`{function}` handed work to another thread ({thread}). Grading watches the calling thread "
+                   "only: compute in your Triton kernel, launched from it.",
+                   function=function, thread=record.threads[0])
     if record.host:
-        return (f"`{exercise.function}` took data out of PyTorch for the host to compute with "
-                f"({record.host[0]}). The arithmetic belongs in your Triton kernel.")
+        return say("`{function}` took data out of PyTorch for the host to compute with ({what}). The arithmetic "
+                   "belongs in your Triton kernel.", function=function, what=record.host[0])
     if not record.launches:
-        return f"`{exercise.function}` returned without launching a Triton kernel (kernel[grid](...))."
+        return say("`{function}` returned without launching a Triton kernel (kernel[grid](...)).", function=function)
     return None
 
 
 def _changed_inputs(before, after) -> str | None:
     for i, (a, b) in enumerate(zip(before, after)):
         if not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
-            return f"input {i} was changed by the call: write results to a new tensor, not into the inputs."
+            return say("input {i} was changed by the call: write results to a new tensor, not into the inputs.", i=i)
     return None
 
 
 def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> str | None:
     """Why the output ``name`` (``y``, or a gradient such as ``dw``) is not a fresh tensor, or None."""
-    what = "the output" if name == "y" else name
+    the_output = name == "y"
     if out is None:
-        return (f"`{exercise.function}`'s backward gave no gradient for {name[1:]}: return your "
-                f"torch.autograd.Function's output, and from its backward one gradient per input.")
+        return say("`{function}`'s backward gave no gradient for {name}: return your torch.autograd.Function's "
+                   "output, and from its backward one gradient per input.", function=exercise.function, name=name[1:])
     if type(out) is not torch.Tensor:  # subclasses could override comparisons
-        return f"`{exercise.function}` returned {type(out).__name__}, expected a torch.Tensor."
+        return say("`{function}` returned {type}, expected a torch.Tensor.", function=exercise.function,
+                   type=type(out).__name__)
     inputs = _tensors(given)
     if inputs and out.device != inputs[0].device:
-        return f"{what} is on {out.device}, expected {inputs[0].device} (where the inputs are)."
+        devices = dict(name=name, got=out.device, want=inputs[0].device)
+        return (say("the output is on {got}, expected {want} (where the inputs are).", **devices) if the_output
+                else say("{name} is on {got}, expected {want} (where the inputs are).", **devices))
     storage = out.untyped_storage().data_ptr()
     if any(storage == t.untyped_storage().data_ptr() for t in inputs):
-        return f"{what} shares memory with an input: allocate a new tensor for the result."
+        return (say("the output shares memory with an input: allocate a new tensor for the result.") if the_output
+                else say("{name} shares memory with an input: allocate a new tensor for the result.", name=name))
     if any(storage == t.untyped_storage().data_ptr() for t in earlier):
-        return (f"{what} is the same buffer an earlier call returned: allocate a new tensor "
-                "on every call (a cached buffer changes results the caller already holds).")
+        return (say("the output is the same buffer an earlier call returned: allocate a new tensor on every call "
+                    "(a cached buffer changes results the caller already holds).") if the_output
+                else say("{name} is the same buffer an earlier call returned: allocate a new tensor on every call "
+                         "(a cached buffer changes results the caller already holds).", name=name))
     return None
 
 
@@ -231,20 +252,25 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     err = (got - want).abs().nan_to_num(float("inf"))
     rel = err / want.abs().clamp_min(atol)
     bad = (~close).nonzero()
-    lines = [f"{len(bad)} of {out.numel()} elements differ (atol={atol:g}, rtol={rtol:g}); "
-             f"worst abs error {err[~close].max().item():.3g}, worst rel error {rel[~close].max().item():.3g}"]
+    lines = [say("{count} of {total} elements differ (atol={atol:g}, rtol={rtol:g}); worst abs error {abs_err:.3g}, "
+                 "worst rel error {rel_err:.3g}", count=len(bad), total=out.numel(), atol=atol, rtol=rtol,
+                 abs_err=err[~close].max().item(), rel_err=rel[~close].max().item())]
     nan_new = int((got.isnan() & ~want.isnan()).sum())
     inf_new = int((got.isinf() & ~want.isinf()).sum())
-    if nan_new or inf_new:
-        lines.append(f"your output has {nan_new} NaN and {inf_new} Inf where the reference has none"
-                     + (" (NaN also marks elements your kernel never wrote)" if nan_new else ""))
+    if nan_new:
+        lines.append(say("your output has {nan} NaN and {inf} Inf where the reference has none (NaN also marks "
+                         "elements your kernel never wrote)", nan=nan_new, inf=inf_new))
+    elif inf_new:
+        lines.append(say("your output has {nan} NaN and {inf} Inf where the reference has none",
+                         nan=nan_new, inf=inf_new))
     beside = {}
     for name, t in (inputs or {}).items():
         try:
             beside[name] = torch.broadcast_to(t.detach().cpu(), got.shape)
         except RuntimeError:  # another shape (a matmul's operands): nothing to show at the index
             continue
-    lines.append(f"{'index':>14}" + "".join(f"  {name:>12}" for name in beside) + f"  {'yours':>12}  {'expected':>12}")
+    lines.append(_right(say("index"), 14) + "".join(f"  {name:>12}" for name in beside)
+                 + f"  {_right(say('yours'), 12)}  {_right(say('expected'), 12)}")
     for idx in bad[:SHOWN_MISMATCHES].tolist():
         at = tuple(idx)
         lines.append(f"{str(at):>14}" + "".join(f"  {t[at].item():>12.6g}" for t in beside.values())
@@ -252,26 +278,32 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     return "\n".join(lines)
 
 
+def _right(text: str, width: int) -> str:
+    """``text`` right-aligned in ``width`` columns of a terminal, where a Chinese character takes two."""
+    return text.rjust(width - sum(unicodedata.east_asian_width(c) in "WF" for c in text))
+
+
 def explain_exception(exercise: Exercise, error: BaseException) -> str:
     """One line saying what probably went wrong, above the traceback of the student's code."""
     cause = error.__cause__ or error
     if isinstance(cause, NotImplementedError):
-        headline = f"`{exercise.function}` is not written yet (it raised NotImplementedError)."
+        headline = say("`{function}` is not written yet (it raised NotImplementedError).", function=exercise.function)
     elif isinstance(cause, KernelTimeout):
         return str(cause)
     elif isinstance(cause, OutOfBoundsAccess):
-        return f"your kernel accessed memory out of bounds: {cause}"
+        return say("your kernel accessed memory out of bounds: {cause}", cause=cause)
     elif isinstance(cause, DataRace):
-        return "\n".join([f"your kernel has a race: {cause}", *kernel_line(cause.__traceback__)])
+        return "\n".join([say("your kernel has a race: {cause}", cause=cause), *kernel_line(cause.__traceback__)])
     elif is_cuda_fault(str(cause)):
-        headline = (f"your kernel faulted on the GPU ({_CUDA_FAULT.search(str(cause)).group(0)}), most often "
-                    "from an address outside every tensor: a missing mask or a wrong offset. Run it with "
-                    "TRITON_INTERPRET=1 and the course's check names the bad access. The fault leaves this "
-                    "process's CUDA context unusable: restart the kernel (Kernel > Restart) after fixing it.")
+        headline = say("your kernel faulted on the GPU ({fault}), most often from an address outside every tensor: "
+                       "a missing mask or a wrong offset. Run it with TRITON_INTERPRET=1 and the course's check names "
+                       "the bad access. The fault leaves this process's CUDA context unusable: restart the kernel "
+                       "(Kernel > Restart) after fixing it.", fault=_CUDA_FAULT.search(str(cause)).group(0))
     elif type(error).__name__ == "CompilationError":
-        headline = "Triton could not compile your kernel; the first lines below say where."
+        headline = say("Triton could not compile your kernel; the first lines below say where.")
     else:
-        headline = f"`{exercise.function}` raised {type(cause).__name__}: {cause}".splitlines()[0]
+        headline = say("`{function}` raised {error}: {cause}", function=exercise.function, error=type(cause).__name__,
+                       cause=cause).splitlines()[0]
     return headline + "\n" + _student_traceback(error)
 
 

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from . import settings
+from .language import say
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,11 @@ class DeviceChoice:
 
     def describe(self) -> str:
         if self.interpreted:
-            return (f"Triton course: {self.name}, kernels run in Triton's interpreter "
-                    "(TRITON_INTERPRET=1). Results are exact but slow, bfloat16 is not "
-                    "supported, and throughput checks need a GPU.")
-        return (f"Triton course: GPU {self.name}; kernels are compiled to machine code "
-                "and throughput checks are live.")
+            return say("Triton course: {name}, kernels run in Triton's interpreter (TRITON_INTERPRET=1). Results "
+                       "are exact but slow, bfloat16 is not supported, and throughput checks need a GPU.",
+                       name=self.name)
+        return say("Triton course: GPU {name}; kernels are compiled to machine code and throughput checks are live.",
+                   name=self.name)
 
 
 _choice: DeviceChoice | None = None
@@ -73,11 +74,11 @@ def _choose() -> DeviceChoice:
         wanted = "cpu"  # the user already asked Triton for its interpreter
     gpu = torch.cuda.is_available()
     if wanted == "gpu" and not gpu:
-        raise RuntimeError(f"{var}=gpu, but PyTorch sees no CUDA GPU "
-                           f"(torch {torch.__version__}). Unset {var} to run on the CPU.")
+        raise RuntimeError(say("{var}=gpu, but PyTorch sees no CUDA GPU (torch {version}). Unset {var} to run on "
+                               "the CPU.", var=var, version=torch.__version__))
     if gpu and wanted != "cpu":
         if os.environ.get("TRITON_INTERPRET") == "1":
-            raise RuntimeError(f"TRITON_INTERPRET=1 is set but {var}=gpu: unset one of them.")
+            raise RuntimeError(say("TRITON_INTERPRET=1 is set but {var}=gpu: unset one of them.", var=var))
         return DeviceChoice("cuda", False, torch.cuda.get_device_name())
     _check_interpreter_versions()
     os.environ["TRITON_INTERPRET"] = "1"
@@ -158,7 +159,7 @@ def _check_interpreter_versions() -> None:
         return int(major), int(minor)
 
     if major_minor(triton.__version__) < (3, 9) and major_minor(numpy.__version__) >= (2, 4):
-        raise RuntimeError(
-            f"Triton {triton.__version__}'s interpreter breaks under numpy {numpy.__version__} "
-            "(a `for` loop over a runtime bound fails). Install triton>=3.9 "
-            "(pip install 'triton>=3.9,<3.10') or numpy<2.4 (pip install 'numpy<2.4').")
+        raise RuntimeError(say(
+            "Triton {triton}'s interpreter breaks under numpy {numpy} (a `for` loop over a runtime bound fails). "
+            "Install triton>=3.9 (pip install 'triton>=3.9,<3.10') or numpy<2.4 (pip install 'numpy<2.4').",
+            triton=triton.__version__, numpy=numpy.__version__))

@@ -8,6 +8,7 @@ import pkgutil
 from types import ModuleType
 
 from . import assignments, lesson_exercises, lesson_kernels
+from .language import say
 from .spec import Exercise
 
 
@@ -29,4 +30,5 @@ def get(name: str | Exercise) -> Exercise:
     try:
         return EXERCISES[name]
     except KeyError:
-        raise KeyError(f"no exercise {name!r}; the course has: {', '.join(EXERCISES)}") from None
+        raise KeyError(say("no exercise {name!r}; the course has: {names}", name=name,
+                           names=", ".join(EXERCISES))) from None

@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .language import say
+
 # Operations that only allocate, move, reinterpret or read back data. A wrapper may use
 # them freely; anything else computes, and the exercise decides which of those it allows.
 DATA_MOVEMENT_OPS = frozenset({
@@ -71,7 +73,11 @@ def kernel_line(tb) -> list[str]:
             if f"{os.sep}triton{os.sep}" not in f.filename and f"{os.sep}autograder{os.sep}" not in f.filename]
     if not ours:
         return []
-    return [f"  in {ours[-1].name}, line {ours[-1].lineno}" + (f": {ours[-1].line}" if ours[-1].line else "")]
+    frame = ours[-1]
+    if frame.line:
+        return ["  " + say("in {function}, line {line}: {source}", function=frame.name, line=frame.lineno,
+                           source=frame.line)]
+    return ["  " + say("in {function}, line {line}", function=frame.name, line=frame.lineno)]
 
 
 def shorten(error: Exception) -> None:
@@ -79,7 +85,8 @@ def shorten(error: Exception) -> None:
     kernel, then the kernel's line (the type stays, so code that catches it still does)."""
     cause = error.__cause__
     if cause is not None and not hasattr(error, "_render_traceback_"):
-        error._render_traceback_ = lambda: [f"{type(cause).__name__} in the kernel: {cause}",
+        error._render_traceback_ = lambda: [say("{error} in the kernel: {message}", error=type(cause).__name__,
+                                                message=cause),
                                             *kernel_line(cause.__traceback__)]
 
 
@@ -120,12 +127,12 @@ class _OpRecorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if name in ("_to_copy", "copy_") and out.device.type == "cpu" and any(
                 isinstance(a, torch.Tensor) and a.is_cuda for a in args):
-            self.record.host.append(f"a copy from the GPU to the CPU ({func})")
+            self.record.host.append(say("a copy from the GPU to the CPU ({op})", op=func))
         if name in ALLOCATING_OPS and isinstance(out, torch.Tensor):
             if name in _UNINITIALISED:  # never-written elements then read NaN, not a stale answer
                 out.fill_(float("nan") if out.is_floating_point() else -1)
             if self.zones is not None and out.is_cuda:
-                out = self.zones.place(out, f"the tensor your function made with torch.{name}")
+                out = self.zones.place(out, say("the tensor your function made with torch.{op}", op=name))
         return out
 
 
@@ -159,13 +166,18 @@ class GuardZones:
             before = buffer[:self.BYTES] != self.PATTERN
             after = buffer[self.BYTES + nbytes:] != self.PATTERN
             if bool(before.any()) or bool(after.any()):
-                where = "past the end" if bool(after.any()) else "before the start"
-                stray = int(before.sum()) + int(after.sum())
-                dims = "×".join(map(str, placed.shape)) or "scalar"
-                return (f"your kernel stored outside {label} ({dims} {str(placed.dtype).removeprefix('torch.')}): "
-                        f"{stray:,} bytes {where} of it changed. On a GPU such a store lands silently in "
-                        "memory another tensor gets next. Mask the store (e.g. mask=offsets < n_elements); "
-                        "run it with TRITON_INTERPRET=1 to see the program and lane.")
+                found = {"tensor": label, "shape": "×".join(map(str, placed.shape)) or say("scalar"),
+                         "dtype": str(placed.dtype).removeprefix("torch."),
+                         "count": int(before.sum()) + int(after.sum())}
+                if bool(after.any()):
+                    return say("your kernel stored outside {tensor} ({shape} {dtype}): {count:,} bytes past the end "
+                               "of it changed. On a GPU such a store lands silently in memory another tensor gets "
+                               "next. Mask the store (e.g. mask=offsets < n_elements); run it with "
+                               "TRITON_INTERPRET=1 to see the program and lane.", **found)
+                return say("your kernel stored outside {tensor} ({shape} {dtype}): {count:,} bytes before the start "
+                           "of it changed. On a GPU such a store lands silently in memory another tensor gets "
+                           "next. Mask the store (e.g. mask=offsets < n_elements); run it with "
+                           "TRITON_INTERPRET=1 to see the program and lane.", **found)
         return None
 
 
@@ -239,7 +251,7 @@ def _patch_host_and_threads(record: CallRecord) -> list[tuple]:
         return wrapper
 
     replaced = [(torch.Tensor, name, f"Tensor.{name}()", record.host) for name in ("numpy", "tolist", "__array__")]
-    replaced += [(owner, name, "a thread started during the call", record.threads)  # 3.12 renamed one
+    replaced += [(owner, name, say("a thread started during the call"), record.threads)  # 3.12 renamed one
                  for owner, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
                                      (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))]
     patched = []
@@ -266,7 +278,8 @@ def _other_threads_cpu_ns() -> dict[int, int]:
 def _threads_that_ran(before: dict[int, int]) -> list[str]:
     now = _other_threads_cpu_ns()
     names = {t.ident: t.name for t in threading.enumerate()}
-    return [f"thread {names.get(ident, ident)!r} ran for {(now[ident] - before.get(ident, 0)) / 1e3:,.0f} µs of CPU"
+    return [say("thread {name} ran for {microseconds:,.0f} µs of CPU", name=repr(names.get(ident, ident)),
+                microseconds=(now[ident] - before.get(ident, 0)) / 1e3)
             for ident in now if now[ident] - before.get(ident, 0) > OTHER_THREAD_CPU_NS]
 
 
@@ -283,8 +296,8 @@ def time_limit(seconds: float, what: str):
         return
 
     def expire(signum, frame):
-        raise KernelTimeout(f"{what} did not finish within {seconds:g} s. Look for a loop "
-                            "whose bound never becomes false, or a grid far larger than intended.")
+        raise KernelTimeout(say("{what} did not finish within {seconds:g} s. Look for a loop whose bound never "
+                                "becomes false, or a grid far larger than intended.", what=what, seconds=seconds))
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -433,14 +446,15 @@ class _Stores:
             clash = np.flatnonzero((others >= 0) & (others != me))
             if clash.size:
                 writer = list(self.programs)[others[clash[0]]]
-                raise DataRace(
-                    f"program {program} loaded element {int(elements[clash[0]])} of `{placed.name}`, which program "
-                    f"{writer} of the same launch had stored ({clash.size} such lanes in this load). On a GPU a "
-                    "launch's programs run at the same time, in no set order, so that load may see the value "
-                    "before the store or after it: when it feeds a store of its own (load, add, store) one "
-                    "program's update is lost. The interpreter runs programs one at a time, which hides it. "
-                    "Combine programs' results with tl.atomic_add, or through a buffer with a row per program "
-                    "and a second kernel.")
+                raise DataRace(say(
+                    "program {program} loaded element {element} of `{name}`, which program {writer} of the same "
+                    "launch had stored ({lanes} such lanes in this load). On a GPU a launch's programs run at the "
+                    "same time, in no set order, so that load may see the value before the store or after it: "
+                    "when it feeds a store of its own (load, add, store) one program's update is lost. The "
+                    "interpreter runs programs one at a time, which hides it. Combine programs' results with "
+                    "tl.atomic_add, or through a buffer with a row per program and a second kernel.",
+                    program=program, element=int(elements[clash[0]]), name=placed.name, writer=writer,
+                    lanes=clash.size))
 
 
 def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes) -> OutOfBoundsAccess:
@@ -449,23 +463,43 @@ def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes) -> OutOfBoundsAcce
     stray = lanes.active & ~lanes.inside
     first = int(np.flatnonzero(stray)[0])
     k = int(lanes.argument[first])
-    call = "atomic_add" if kind == "atomic" else kind
-    count = f"{int(stray.sum())} of {int(lanes.active.sum())} active lanes"
+    count = {"stray": int(stray.sum()), "active": int(lanes.active.sum())}
     if k < 0:
-        where = (f"{count} address no tensor passed to the kernel (the first, {int(lanes.offset[first]):#x}, lies "
-                 "far from every argument: a pointer made from an integer, or an offset of terabytes)")
+        where = say("{stray} of {active} active lanes address no tensor passed to the kernel (the first, "
+                    "{address:#x}, lies far from every argument: a pointer made from an integer, or an offset of "
+                    "terabytes)", address=int(lanes.offset[first]), **count)
     else:
         placed = windows.tensors[k]
         itemsize = placed.tensor.element_size()
-        offset = int(lanes.offset[first]) // itemsize
-        size = placed.storage.nbytes() // itemsize
-        before = f", {-offset} before its start" if offset < 0 else ""
-        where = (f"{count} fall outside `{placed.name}`, the tensor their pointer was computed from; the first is "
-                 f"element {offset} of `{placed.name}`{before}, whose memory holds {size} "
-                 f"element{'s' if size != 1 else ''}")
-    error = OutOfBoundsAccess(
-        f"out-of-bounds {kind} in program {tuple(interpreter_builder.grid_idx)}: {where}. Guard the "
-        f"access with a mask (e.g. tl.{call}(..., mask=offsets < n_elements)).")
+        found = {"name": placed.name, "offset": int(lanes.offset[first]) // itemsize,
+                 "size": placed.storage.nbytes() // itemsize, **count}
+        if found["offset"] >= 0 and found["size"] != 1:
+            where = say("{stray} of {active} active lanes fall outside `{name}`, the tensor their pointer was "
+                        "computed from; the first is element {offset} of `{name}`, whose memory holds {size} "
+                        "elements", **found)
+        elif found["offset"] >= 0:
+            where = say("{stray} of {active} active lanes fall outside `{name}`, the tensor their pointer was "
+                        "computed from; the first is element {offset} of `{name}`, whose memory holds {size} "
+                        "element", **found)
+        elif found["size"] != 1:
+            where = say("{stray} of {active} active lanes fall outside `{name}`, the tensor their pointer was "
+                        "computed from; the first is element {offset} of `{name}`, {before} before its start, "
+                        "whose memory holds {size} elements", before=-found["offset"], **found)
+        else:
+            where = say("{stray} of {active} active lanes fall outside `{name}`, the tensor their pointer was "
+                        "computed from; the first is element {offset} of `{name}`, {before} before its start, "
+                        "whose memory holds {size} element", before=-found["offset"], **found)
+    program = tuple(interpreter_builder.grid_idx)
+    if kind == "load":
+        message = say("out-of-bounds load in program {program}: {where}. Guard the access with a mask "
+                      "(e.g. tl.load(..., mask=offsets < n_elements)).", program=program, where=where)
+    elif kind == "store":
+        message = say("out-of-bounds store in program {program}: {where}. Guard the access with a mask "
+                      "(e.g. tl.store(..., mask=offsets < n_elements)).", program=program, where=where)
+    else:
+        message = say("out-of-bounds atomic in program {program}: {where}. Guard the access with a mask "
+                      "(e.g. tl.atomic_add(..., mask=offsets < n_elements)).", program=program, where=where)
+    error = OutOfBoundsAccess(message)
     error.program = tuple(int(i) for i in interpreter_builder.grid_idx)
     return error
 
@@ -566,7 +600,7 @@ def install_interpreter_hooks() -> None:
         everywhere = interpreter.TensorHandle(np.ones(np.shape(ptr.data), dtype=bool), tl.int1)
         ptr, mask = seen("atomic", ptr, everywhere)
         if not np.all(mask.data):  # it has no mask: a lane cannot be left out
-            raise OutOfBoundsAccess("an atomic_cas outside its tensor: give every lane a valid address.")
+            raise OutOfBoundsAccess(say("an atomic_cas outside its tensor: give every lane a valid address."))
         return cas(self, ptr, *rest, **options)
 
     executor._init_args_hst, executor.__call__ = init_args, call

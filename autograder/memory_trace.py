@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from . import device, guards
+from .language import say
 
 LOAD, STORE = "load", "store"
 SECTOR = 32
@@ -216,13 +217,22 @@ class Trace:
         with np.errstate(invalid="ignore", divide="ignore"):
             return asked / fetched, float(asked.sum() / fetched.sum()) if fetched.sum() else float("nan")
 
-    def summary(self) -> str:
-        """One line: the totals."""
+    def _launch_name(self) -> str:
+        """``kernel[grid]``, the grid without its trailing 1s."""
         dims = max([1] + [i + 1 for i, n in enumerate(self.grid) if n > 1])
-        return (f"{self.kernel}[{self.grid[:dims]}]: loaded {format_bytes(self.bytes_loaded)}, "
-                f"stored {format_bytes(self.bytes_stored)}, fewest {format_bytes(self.min_bytes)} "
-                f"(traffic ×{self.traffic_ratio:.2f}); {self.out_of_bounds:,} lanes out of bounds; "
-                f"{self.masked_waste:.1%} of lanes masked off; coalescing {self.coalescing:.0%}")
+        return f"{self.kernel}[{self.grid[:dims]}]"
+
+    def _totals(self) -> str:
+        """The totals, without the launch."""
+        return say("loaded {loaded}, stored {stored}, fewest {fewest} (traffic ×{ratio:.2f}); {out_of_bounds:,} "
+                   "lanes out of bounds; {masked:.1%} of lanes masked off; coalescing {coalescing:.0%}",
+                   loaded=format_bytes(self.bytes_loaded), stored=format_bytes(self.bytes_stored),
+                   fewest=format_bytes(self.min_bytes), ratio=self.traffic_ratio, out_of_bounds=self.out_of_bounds,
+                   masked=self.masked_waste, coalescing=self.coalescing)
+
+    def summary(self) -> str:
+        """One line: the launch and its totals."""
+        return say("{launch}: {totals}", launch=self._launch_name(), totals=self._totals())
 
     __repr__ = summary
 
@@ -281,8 +291,9 @@ def show_out_of_bounds(error: guards.OutOfBoundsAccess) -> None:
     that made the access highlighted. Nothing outside IPython (a script, a grader's log)."""
     if not _in_ipython() or (stray := out_of_bounds_trace(error)) is None:
         return
-    print(f"The launch that strayed, traced: program {error.program} is highlighted, its lanes that fell "
-          f"outside a tensor are red ({stray.out_of_bounds} such lanes in the whole launch).")
+    print(say("The launch that strayed, traced: program {program} is highlighted, its lanes that fell outside a "
+              "tensor are red ({count} such lanes in the whole launch).", program=error.program,
+              count=stray.out_of_bounds))
     stray.show(program=error.program)
 
 
@@ -374,7 +385,7 @@ def _interpreted(kernel):
 
     while not isinstance(kernel, (JITFunction, InterpretedFunction)):
         if not hasattr(kernel, "fn"):
-            raise TypeError(f"trace() takes a @triton.jit kernel, not {type(kernel).__name__}")
+            raise TypeError(say("trace() takes a @triton.jit kernel, not {type}", type=type(kernel).__name__))
         kernel = kernel.fn  # an autotuner or heuristics around the kernel
     changes = device.reinterpret([kernel.fn.__globals__] + device.triton_language_namespaces())
     runtime = getattr(getattr(triton, "knobs", None), "runtime", None)

@@ -13,8 +13,9 @@ import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch, Rectangle
 
+from .language import say
 from .memory_trace import LOAD, STORE, Argument, Trace, format_bytes
-from .plots import MASKED_COLOUR
+from .plots import MASKED_COLOUR, drawn, readable
 
 STRIP, WRAP = 4096, 1024
 """1-D tensors up to STRIP elements are one strip; longer ones wrap into rows of WRAP."""
@@ -81,10 +82,11 @@ def _margin(cells: int) -> int:
     return max(1, math.ceil(0.05 * cells))
 
 
+@drawn
 def figure(trace: Trace, program: int | tuple[int, ...] | None = None):
     """The trace drawn, one panel per tensor argument; ``program`` highlighted if given."""
     if not trace.arguments:
-        raise ValueError(f"{trace.kernel} had no tensor arguments: nothing to draw")
+        raise ValueError(say("{kernel} had no tensor arguments: nothing to draw", kernel=trace.kernel))
     highlight = None if program is None else trace.program_index(program)
     layouts = [_Layout(arg) for arg in trace.arguments]
     heights = [min(4.5, max(0.4, 9 * layout.height / layout.width)) + 0.5 for layout in layouts]
@@ -92,18 +94,19 @@ def figure(trace: Trace, program: int | tuple[int, ...] | None = None):
     axes = fig.subplots(len(layouts), 1, squeeze=False, gridspec_kw={"height_ratios": heights})[:, 0]
     for k, (ax, layout) in enumerate(zip(axes, layouts)):
         _panel(ax, trace, k, layout, highlight)
-    title = trace.summary().replace(": ", ":\n", 1)
+    title = say("{launch}:\n{totals}", launch=trace._launch_name(), totals=trace._totals())
     if highlight is not None:
         xyz = tuple(int(i) for i in np.unravel_index(highlight, trace.grid, order="F"))
-        title += f"\nprogram {highlight} {xyz} in colour, the others faded"
+        title += "\n" + say("program {program} {xyz} in colour, the others faded", program=highlight, xyz=xyz)
     fig.suptitle(title, fontsize=9)
     active = trace.lanes["active"]
-    legend = [Patch(color=OUTSIDE, label="outside the tensor")]
+    legend = [Patch(color=OUTSIDE, label=say("outside the tensor"))]
     if (~active).any():
-        legend.append(Patch(color=MASKED_COLOUR, label="masked-off lane"))
+        legend.append(Patch(color=MASKED_COLOUR, label=say("masked-off lane")))
     if trace.out_of_bounds:
-        legend.append(Patch(color=OUT_OF_BOUNDS, label="out-of-bounds lane"))
+        legend.append(Patch(color=OUT_OF_BOUNDS, label=say("out-of-bounds lane")))
     fig.legend(handles=legend, loc="outside lower center", ncols=len(legend), fontsize=8, frameon=False)
+    readable(fig)
     plt.close(fig)  # shown once by whoever displays it (see autograder.plots)
     return fig
 
@@ -149,26 +152,35 @@ def _panel(ax, trace: Trace, k: int, layout: _Layout, highlight: int | None) -> 
     _label(ax, arg, layout)
 
     moved = np.where(active, width, 0)
-    title = (f"{arg.name}: {'×'.join(map(str, arg.shape)) or 'scalar'} {arg.dtype}, "
-             f"loaded {format_bytes(moved[kind != STORE].sum())}, stored {format_bytes(moved[kind != LOAD].sum())}")
+    ax.set_title(_panel_title(arg, format_bytes(moved[kind != STORE].sum()), format_bytes(moved[kind != LOAD].sum()),
+                              most, int((active & ~hit).sum())), fontsize=9, loc="left")
+
+
+def _panel_title(arg: Argument, loaded: str, stored: str, most: int, stray: int) -> str:
+    """What a panel shows: the argument, its bytes, and how often it was reread or strayed past."""
+    facts = {"name": arg.name, "shape": "×".join(map(str, arg.shape)) or say("scalar"), "dtype": arg.dtype,
+             "loaded": loaded, "stored": stored, "most": most, "stray": stray}
+    if most > 1 and stray:
+        return say("{name}: {shape} {dtype}, loaded {loaded}, stored {stored}; read up to {most}× (darker: more); "
+                   "{stray:,} lanes out of bounds", **facts)
     if most > 1:
-        title += f"; read up to {most}× (darker: more)"
-    stray_lanes = int((active & ~hit).sum())
-    if stray_lanes:
-        title += f"; {stray_lanes:,} lanes out of bounds"
-    ax.set_title(title, fontsize=9, loc="left")
+        return say("{name}: {shape} {dtype}, loaded {loaded}, stored {stored}; read up to {most}× (darker: more)",
+                   **facts)
+    if stray:
+        return say("{name}: {shape} {dtype}, loaded {loaded}, stored {stored}; {stray:,} lanes out of bounds", **facts)
+    return say("{name}: {shape} {dtype}, loaded {loaded}, stored {stored}", **facts)
 
 
 def _label(ax, arg: Argument, layout: _Layout) -> None:
     if len(arg.shape) >= 2:
-        ax.set_xlabel(f"column (last dimension, {arg.shape[-1]})", fontsize=8)
-        ax.set_ylabel("row" if len(arg.shape) == 2 else "row (leading dimensions flattened)", fontsize=8)
+        ax.set_xlabel(say("column (last dimension, {size})", size=arg.shape[-1]), fontsize=8)
+        ax.set_ylabel(say("row") if len(arg.shape) == 2 else say("row (leading dimensions flattened)"), fontsize=8)
     elif layout.rows == 1:
-        ax.set_xlabel("element", fontsize=8)
+        ax.set_xlabel(say("element"), fontsize=8)
         ax.set_yticks([])
     else:
-        ax.set_xlabel(f"element % {WRAP}", fontsize=8)
-        ax.set_ylabel(f"element // {WRAP}", fontsize=8)
+        ax.set_xlabel(say("element % {wrap}", wrap=WRAP), fontsize=8)
+        ax.set_ylabel(say("element // {wrap}", wrap=WRAP), fontsize=8)
     ax.tick_params(labelsize=7)
 
 
@@ -188,7 +200,7 @@ def selector(trace: Trace, program: int | tuple[int, ...] | None = None):
     from IPython.display import display
 
     slider = widgets.IntSlider(value=-1 if program is None else trace.program_index(program), min=-1,
-                               max=trace.programs - 1, description="program", continuous_update=False)
+                               max=trace.programs - 1, description=say("program"), continuous_update=False)
     shown = widgets.Output()
 
     def draw(_=None):
@@ -198,4 +210,4 @@ def selector(trace: Trace, program: int | tuple[int, ...] | None = None):
 
     slider.observe(draw, names="value")
     draw()
-    return widgets.VBox([widgets.HBox([slider, widgets.Label("-1: all programs")]), shown])
+    return widgets.VBox([widgets.HBox([slider, widgets.Label(say("-1: all programs"))]), shown])

@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 
 from . import settings
-from .settings import LANGUAGES
+from .language import get_language
 QUIZ_DIR = Path(__file__).with_name("quizzes")
 QUIZ_FILE = QUIZ_DIR / "seed.yaml"
 """The seed lesson's quiz and case study; lessons beyond the seed add ``<topic>.yaml`` files."""
@@ -51,26 +51,6 @@ _LABELS = {
 }
 
 STUDENT_VAR = settings.STUDENT.name
-
-_language: str | None = None
-"""Set by :func:`set_language`; None until then, so TRITON_COURSE_LANG decides."""
-
-
-def set_language(lang: str) -> None:
-    """Use ``lang`` ("en" or "zh") for everything shown from now on."""
-    global _language
-    if lang not in LANGUAGES:
-        raise ValueError(f"unknown language {lang!r} passed to set_language(); "
-                         f"choose one of: {', '.join(LANGUAGES)}")
-    _language = lang
-
-
-def get_language() -> str:
-    """The language in use: the last :func:`set_language`, else $TRITON_COURSE_LANG, else "en"."""
-    if _language is not None:
-        return _language
-    return settings.LANG.get()
-
 
 def validate(data: object, source: str = QUIZ_FILE.name) -> None:
     """Raise ValueError, naming the offending question id, unless ``data`` fits schema.json."""

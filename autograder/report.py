@@ -4,10 +4,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-CASE_MARK = {True: "✅ passed", False: "❌ failed"}
+from .language import say
+
 NUMBER = re.compile(r"[-+]?(?:\d[\d,.]*(?:e[-+]?\d+)?|inf|nan)")
 """What two failures of one kind differ in: program ids, elements, counts, values."""
-"""How a case's verdict begins its line in :meth:`CheckResult.summary`."""
+
+
+def case_mark(passed: bool) -> str:
+    """How a case's verdict begins its line in :meth:`CheckResult.summary`."""
+    return say("✅ passed") if passed else say("❌ failed")
+
+
+def status_word(status: str) -> str:
+    """A throughput status (``passed``, ``failed``, ``not measured``) in the language in use."""
+    return {"passed": say("passed"), "failed": say("failed"), "not measured": say("not measured")}[status]
 
 
 @dataclass
@@ -72,22 +82,26 @@ class CheckResult:
         then why it failed; a failure like an earlier one (the same message but for its numbers:
         another program, element or value) is named once and then referred to."""
         ok = sum(c.passed for c in self.cases)
-        lines = [f"{self.exercise}: correctness {ok}/{len(self.cases)} cases passed (seed {self.seed})"]
+        lines = [say("{exercise}: correctness {passed}/{cases} cases passed (seed {seed})",
+                     exercise=self.exercise, passed=ok, cases=len(self.cases), seed=self.seed)]
         first_seen: dict[str, str] = {}
         for c in self.cases:
-            lines.append(f"  {CASE_MARK[c.passed]} {c.label}")
+            lines.append(f"  {case_mark(c.passed)} {c.label}")
             if not c.message:
                 continue
             kind = " ".join(NUMBER.sub("#", c.message).split())
             if kind in first_seen:
-                lines.append(f"     the same failure as the {first_seen[kind]} case above")
+                lines.append("     " + say("the same failure as the {label} case above", label=first_seen[kind]))
                 continue
             first_seen[kind] = c.label
             lines.extend("     " + line for line in c.message.splitlines())
         if self.throughput is not None:
             status = self.throughput.status
             mark = {"passed": "✅", "failed": "❌"}.get(status, "⚠️")
-            lines.append(f"  {mark} throughput {status}: {self.throughput.message.removeprefix(status + ': ')}")
+            message = self.throughput.message  # it may begin with its status, in either language
+            for said in (status + ": ", status_word(status) + "："):
+                message = message.removeprefix(said)
+            lines.append(f"  {mark} " + say("throughput {status}: {message}", status=status_word(status), message=message))
         return "\n".join(lines)
 
     __str__ = summary

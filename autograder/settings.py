@@ -87,7 +87,8 @@ LANGUAGES = ("en", "zh")
 """The languages the quizzes are written in."""
 LANG = _choice(
     "TRITON_COURSE_LANG",
-    "The language of quizzes and case-study questions, until a notebook calls `set_language`.",
+    "The language of quizzes, checks, grading verdicts and plots, until a notebook calls `set_language`; "
+    "at `nbgrader generate_assignment`, the language the problem set is released in.",
     *LANGUAGES)
 STUDENT = Setting(
     "TRITON_COURSE_STUDENT",

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from .guards import DATA_MOVEMENT_OPS
+from .language import say
 
 Tolerance = tuple[float, float]
 """``(atol, rtol)``: an element passes when ``|out - ref| <= atol + rtol * |ref|``."""
@@ -154,7 +155,7 @@ class Exercise:
         if which == "visible":
             return self.visible_cases[device]
         if which != "hidden":
-            raise ValueError(f"cases are 'visible' or 'hidden', not {which!r}")
+            raise ValueError(say("cases are 'visible' or 'hidden', not {which!r}", which=which))
         return self.hidden_cases()[device]
 
     def hidden_cases(self) -> dict[str, tuple[Case, ...]]:
@@ -164,6 +165,6 @@ class Exercise:
         except ModuleNotFoundError as error:
             if not self.solution.startswith(str(error.name)):
                 raise
-            raise LookupError(f"{self.name}'s hidden tests run only when your work is graded: "
-                              "this copy of the course does not have them.") from None
+            raise LookupError(say("{name}'s hidden tests run only when your work is graded: this copy of the "
+                                  "course does not have them.", name=self.name)) from None
         return getattr(module, "HIDDEN_CASES", {})

@@ -12,6 +12,7 @@ import torch
 
 from . import timing
 from .device import current
+from .language import say
 
 INPUT_SETS = 3
 """Input sets rotated per size; with the L2 flush, no timed call finds its inputs in cache."""
@@ -39,18 +40,20 @@ def measure_sweep(fn: Callable, reference: Callable, make_inputs: Callable[[int]
     if (bytes_moved is None) == (flops is None):
         raise ValueError("measure_sweep takes exactly one of bytes_moved= and flops=")
     if not torch.cuda.is_available() or current().interpreted:
-        raise RuntimeError("measure_sweep times kernels on a GPU, and kernels here run in "
-                           "Triton's interpreter on the CPU, whose speed says nothing about "
-                           "a GPU's. Run it on a machine with a CUDA GPU.")
+        raise RuntimeError(say("measure_sweep times kernels on a GPU, and kernels here run in Triton's interpreter "
+                               "on the CPU, whose speed says nothing about a GPU's. Run it on a machine with a CUDA "
+                               "GPU."))
     ours, theirs = [], []
     for n in sizes:
         sets = [make_inputs(n) for _ in range(input_sets)]
         out = fn(*sets[0])
         if check is None:
             torch.testing.assert_close(out, reference(*sets[0]), atol=atol, rtol=rtol,
-                                       msg=lambda m: f"at size {n}, {labels[0]} disagrees with {labels[1]}: {m}")
+                                       msg=lambda m: say("at size {size}, {ours} disagrees with {theirs}: {details}",
+                                                         size=n, ours=labels[0], theirs=labels[1], details=m))
         elif (problem := check(n, sets[0], out)) is not None:
-            raise AssertionError(f"at size {n}, {labels[0]} is wrong: {problem}")
+            raise AssertionError(say("at size {size}, {ours} is wrong: {problem}", size=n, ours=labels[0],
+                                     problem=problem))
         del out
         result = timing.compare(fn, reference, sets, rounds=rounds)
         if flops is None:

@@ -5,6 +5,7 @@ import torch
 
 from . import settings, timing
 from .correctness import compare_outputs
+from .language import say
 from .report import ThroughputResult
 from .spec import Exercise, Throughput
 
@@ -16,8 +17,8 @@ mostly reads (vector add: 2 reads per write) can beat a copy's 1:1 mix by a few 
 
 
 def not_measured(traffic: str = "") -> ThroughputResult:
-    return ThroughputResult("not measured", "not measured: needs a GPU (kernels ran in Triton's "
-                            "interpreter, whose speed says nothing about a GPU's)." + traffic)
+    return ThroughputResult("not measured", say("not measured: needs a GPU (kernels ran in Triton's interpreter, "
+                                                "whose speed says nothing about a GPU's).") + traffic)
 
 
 def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
@@ -40,10 +41,13 @@ def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
     if not moved or not fewest:
         return ""
     ratio = moved / fewest
-    verdict = ("each byte once, as a fast kernel does" if ratio < 1.05 else
-               f"so on a GPU it would run at most {1 / ratio:.0%} as fast as a kernel that moves each byte once")
-    return (f" On {case.label}, your kernels moved {format_bytes(moved)} where the operation needs "
-            f"{format_bytes(fewest)}: {ratio:.2f}x, {verdict}.")
+    figures = dict(label=case.label, moved=format_bytes(moved), fewest=format_bytes(fewest), ratio=ratio)
+    if ratio < 1.05:
+        return say(" On {label}, your kernels moved {moved} where the operation needs {fewest}: {ratio:.2f}x, "
+                   "each byte once, as a fast kernel does.", **figures)
+    return say(" On {label}, your kernels moved {moved} where the operation needs {fewest}: {ratio:.2f}x, so on a "
+               "GPU it would run at most {share:.0%} as fast as a kernel that moves each byte once.",
+               share=1 / ratio, **figures)
 
 
 def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
@@ -63,22 +67,26 @@ def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
     for inputs, outs in zip(input_sets, outputs):  # the timed outputs must be right too
         problem = compare_outputs(exercise, spec.case.dtype, outs, exercise.call(exercise.reference, inputs))
         if problem:
-            return ThroughputResult("failed", f"the outputs of the timed runs are wrong:\n{problem}", *figures)
+            return ThroughputResult("failed", say("the outputs of the timed runs are wrong:\n{problem}",
+                                                  problem=problem), *figures)
     if peak > SUSPICIOUS_PEAK_FRACTION:
-        return ThroughputResult("failed", f"{ours:,.0f} {spec.unit} is {peak:.0%} of {ceiling_name}, "
-                                "which no kernel can beat: the timing was fooled.", *figures)
+        return ThroughputResult("failed", say("{rate:,.0f} {unit} is {peak:.0%} of {ceiling}, which no kernel can "
+                                              "beat: the timing was fooled.", rate=ours, unit=spec.unit, peak=peak,
+                                              ceiling=ceiling_name), *figures)
     verdict = "passed" if result.ratio >= spec.threshold else "failed"
-    message = (f"{result.ratio:.2f}× {spec.baseline} (needs ≥ {spec.threshold:g}×) on {spec.case.label}: "
-               f"{ours:,.0f} {spec.unit} against {theirs:,.0f} {spec.unit}, {peak:.0%} of {ceiling_name}")
+    message = say("{ratio:.2f}× {baseline} (needs ≥ {threshold:g}×) on {label}: {ours:,.0f} {unit} against "
+                  "{theirs:,.0f} {unit}, {peak:.0%} of {ceiling}", ratio=result.ratio, baseline=spec.baseline,
+                  threshold=spec.threshold, label=spec.case.label, ours=ours, theirs=theirs, unit=spec.unit,
+                  peak=peak, ceiling=ceiling_name)
     return ThroughputResult(verdict, message, *figures)
 
 
 def rates(spec: Throughput, inputs: tuple, output, timing_: timing.Timing) -> tuple[float, float, float, str]:
-    """(student rate, PyTorch rate, the device's ceiling, its name) in ``spec.unit``."""
+    """(student rate, PyTorch rate, the device's ceiling, its name in the language in use) in ``spec.unit``."""
     if spec.flops is None:
         nbytes = spec.bytes_moved(inputs, output)
         return (timing.gbps(nbytes, timing_.candidate_ms), timing.gbps(nbytes, timing_.baseline_ms),
-                timing.copy_bandwidth_gbps(), "the copy bandwidth")
+                timing.copy_bandwidth_gbps(), say("the copy bandwidth"))
     flops = spec.flops(inputs, output)
     return (timing.tflops(flops, timing_.candidate_ms), timing.tflops(flops, timing_.baseline_ms),
-            timing.matmul_tflops(spec.case.dtype), "the measured matmul rate")
+            timing.matmul_tflops(spec.case.dtype), say("the measured matmul rate"))

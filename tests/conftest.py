@@ -98,6 +98,14 @@ def gpu_memory_is_released():
 
 
 @pytest.fixture(autouse=True)
+def english_unless_a_test_says_otherwise(monkeypatch):
+    """Messages are in the language last set: no test's choice leaks into the next."""
+    from autograder import language
+    monkeypatch.setattr(language, "_language", None)
+    monkeypatch.delenv("TRITON_COURSE_LANG", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def no_runner_is_kept():
     """A runner the judge keeps for a student's next test ends with the test that kept it."""
     yield

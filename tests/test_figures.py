@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from autograder import device, figures, settings
-from autograder.instructor import sync
+from autograder.instructor import sync, translation
 import kit
 from conftest import ROOT
 
@@ -52,7 +52,7 @@ def test_the_sync_rewrites_a_drifted_figure_and_refuses_an_unknown_name():
 
 
 def test_a_translation_stays_current_when_a_figure_changes_but_not_when_its_name_does():
-    digest = sync.source_digest
+    digest = translation.source_digest
     before = digest("copy at <!--fig:copy_bandwidth-->4,140 GB/s<!--/fig-->")
     assert digest("copy at <!--fig:copy_bandwidth-->4,027 GB/s<!--/fig-->") == before
     assert digest("copy at <!--fig:x.ratio-->4,140 GB/s<!--/fig-->") != before

@@ -8,7 +8,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOSSARY = yaml.safe_load((ROOT / "docs" / "glossary.yaml").read_text())
-CHINESE_FILES = sorted({*ROOT.glob("notebooks/zh/translations/*.yaml"), *ROOT.glob("source/zh/translations/*.yaml"),
+CHINESE_FILES = sorted({*ROOT.glob("notebooks/zh/translations/*.yaml"), *ROOT.glob("student/zh/translations/*.yaml"),
                         *ROOT.glob("autograder/quizzes/*.yaml"), *ROOT.glob("autograder/messages/*.yaml")})
 
 

@@ -8,7 +8,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from autograder import check, plots, quiz  # noqa: E402
+from autograder import check, language, plots, quiz  # noqa: E402
 from autograder.lesson_kernels.matmul import EXERCISE as MATMUL, MATMUL_TOLERANCES  # noqa: E402
 from autograder.lesson_exercises.l07_matmul import EXERCISE as BMM  # noqa: E402
 from solutions.bmm import bmm, bmm_kernel  # noqa: E402
@@ -168,7 +168,7 @@ def test_quiz_questions_are_in_the_lesson_and_their_answers_hold():
     assert {"q71_tile_intensity", "q72_k_mask", "q73_group_order"} <= set(questions)
     intensity = questions["q71_tile_intensity"]
     flops, loaded = 2 * 128 * 128 * 64, (128 * 64 + 64 * 128) * 2
-    for lang in quiz.LANGUAGES:
+    for lang in language.LANGUAGES:
         assert float(intensity[lang]["options"][intensity["correct"]]) == flops / loaded == 64
     k_mask = questions["q72_k_mask"]["en"]
     assert k_mask["options"][questions["q72_k_mask"]["correct"]].startswith("Both")

@@ -7,7 +7,7 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder import settings
-from autograder.instructor import sync
+from autograder.instructor import sync, translation
 import kit
 from conftest import ROOT, venv_env
 
@@ -69,7 +69,7 @@ def test_chinese_notebooks_follow_their_english_and_flag_stale_translations(tmp_
     english = ROOT / "notebooks" / "01_ninja_gap.ipynb"
     cells = [c for c in nbformat.read(english, as_version=4).cells
              if c.cell_type == "markdown" and "role" not in c.metadata.get("course", {})]
-    table = {c.id: {"en": sync.source_digest(c.source), "zh": f"中文 {c.id}"} for c in cells}
+    table = {c.id: {"en": translation.source_digest(c.source), "zh": f"中文 {c.id}"} for c in cells}
     monkeypatch.setattr(sync, "TRANSLATIONS", tmp_path)
 
     def translate():

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from autograder import quiz
+from autograder import language, quiz
 
 SEED = Path(__file__).parents[2] / "shared/seed/triton_lesson_zh.txt"
 QUESTION_IDS = list(quiz.load_quizzes()["questions"])
@@ -30,12 +30,6 @@ ANSWER_KEY = {
     "q4_constexpr": "It marks a value as a compile-time constant, allowing the compiler to optimize based on its value.",
     "q5_why_triton": "It allows them to write high-performance custom kernels without learning C++ or CUDA.",
 }
-
-
-@pytest.fixture(autouse=True)
-def default_language(monkeypatch):
-    monkeypatch.setattr(quiz, "_language", None)
-    monkeypatch.delenv("TRITON_COURSE_LANG", raising=False)
 
 
 @pytest.fixture
@@ -104,7 +98,7 @@ def _empty_explanation(data):
 
 
 def _one_option(data):
-    for lang in quiz.LANGUAGES:
+    for lang in language.LANGUAGES:
         del data["questions"]["q3_compiler_automates"][lang]["options"][1:]
     data["questions"]["q3_compiler_automates"]["correct"] = 0
 
@@ -228,9 +222,9 @@ def test_unknown_id_lists_the_known_ones():
 
 def test_language_switch_changes_text_and_labels():
     entry = quiz_entry("q2_block_model")
-    assert quiz.get_language() == "en"
+    assert language.get_language() == "en"
     english = quiz.ask("q2_block_model", rich=True)
-    quiz.set_language("zh")
+    language.set_language("zh")
     chinese = quiz.ask("q2_block_model", rich=True)
     assert entry["en"]["question"] in english.widget.children[0].value
     assert entry["zh"]["question"] in chinese.widget.children[0].value
@@ -246,26 +240,26 @@ def test_language_switch_changes_text_and_labels():
 
 def test_environment_sets_the_default_language(monkeypatch):
     monkeypatch.setenv("TRITON_COURSE_LANG", "zh")
-    assert quiz.get_language() == "zh"
-    quiz.set_language("en")
-    assert quiz.get_language() == "en"
+    assert language.get_language() == "zh"
+    language.set_language("en")
+    assert language.get_language() == "en"
 
 
 def test_unknown_language_lists_the_valid_ones(monkeypatch):
     with pytest.raises(ValueError, match="en, zh"):
-        quiz.set_language("fr")
+        language.set_language("fr")
     monkeypatch.setenv("TRITON_COURSE_LANG", "de")
     with pytest.raises(ValueError, match="TRITON_COURSE_LANG.*en, zh"):
-        quiz.get_language()
+        language.get_language()
 
 
 # --- text fallback and display -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("lang", quiz.LANGUAGES)
+@pytest.mark.parametrize("lang", language.LANGUAGES)
 @pytest.mark.parametrize("question_id", QUESTION_IDS)
 def test_fallback_text_gives_no_answer_away(question_id, lang, capsys):
-    quiz.set_language(lang)
+    language.set_language(lang)
     text = quiz_entry(question_id)[lang]
     widget = quiz.ask(question_id, rich=False)
     printed = capsys.readouterr().out

@@ -1,4 +1,7 @@
-"""The committed student versions (student/) are what nbgrader releases, and run top to bottom."""
+"""The committed student versions (student/, student/zh/) are what nbgrader releases, and run top
+to bottom."""
+import re
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -7,36 +10,56 @@ from autograder.instructor import student_versions, sync
 from conftest import ROOT, venv_env
 
 ASSIGNMENTS = student_versions.assignments()
+VERSIONS = student_versions.versions()
+CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-def test_every_assignment_has_a_student_version():
+def version_id(version) -> str:
+    return "-".join(version)
+
+
+def test_every_assignment_has_a_student_version_in_english_and_chinese():
     assert ASSIGNMENTS and all(student_versions.student_path(a).exists() for a in ASSIGNMENTS)
-    assert sorted(p.name for p in student_versions.STUDENT_DIR.iterdir()) == ASSIGNMENTS
+    assert sorted(p.name for p in student_versions.STUDENT_DIR.iterdir()) == sorted([*ASSIGNMENTS, "zh"])
+    assert sorted(a for a, lang in VERSIONS if lang == "zh") == ASSIGNMENTS
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_student_version_is_nbgraders_release(assignment):
-    assert not student_versions.sync(assignment, write=False), \
-        f"student/{assignment} is stale: run `python -m autograder.instructor.student_versions`"
+@pytest.mark.parametrize("version", VERSIONS, ids=version_id)
+def test_the_student_version_is_nbgraders_release(version):
+    assert not student_versions.sync(*version, write=False), \
+        f"{student_versions.student_path(*version)} is stale: run `python -m autograder.instructor.student_versions`"
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_badge_opens_the_student_version(assignment):
-    for path in (ROOT / "source" / assignment / f"{assignment}.ipynb", student_versions.student_path(assignment)):
-        badge = nbformat.read(path, as_version=4).cells[0].source
+@pytest.mark.parametrize("version", VERSIONS, ids=version_id)
+def test_the_badge_opens_the_student_version(version):
+    assignment, language = version
+    path = student_versions.student_path(*version)
+    sources = [ROOT / "source" / assignment / f"{assignment}.ipynb"] if language == "en" else []
+    for notebook in (*sources, path):
+        badge = nbformat.read(notebook, as_version=4).cells[0].source
         assert badge == sync.colab_badge(path)
-        assert badge.endswith(f"/blob/main/student/{assignment}/{assignment}.ipynb)"), badge
+        assert badge.endswith(f"/blob/main/{path.relative_to(ROOT).as_posix()})"), badge
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_both_languages_grade_the_same_cells_for_the_same_points(assignment):
+    def graded(language):
+        nb = nbformat.read(student_versions.student_path(assignment, language), as_version=4)
+        return [(c.cell_type, c.source if c.cell_type == "code" else "", c.metadata.get("nbgrader"))
+                for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")]
+    assert graded("en") == graded("zh")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_the_student_version_runs_and_only_its_tests_fail(assignment, monkeypatch):
+@pytest.mark.parametrize("version", VERSIONS, ids=version_id)
+def test_the_student_version_runs_and_only_its_tests_fail(version, monkeypatch):
     # Unsolved, every graded cell fails with the grader's verdict, and the only other errors are
     # the student's own calls of the unwritten function.
     for key, value in venv_env().items():
         monkeypatch.setenv(key, value)
-    path = student_versions.student_path(assignment)
+    assignment, language = version
+    path = student_versions.student_path(*version)
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -52,4 +75,8 @@ def test_the_student_version_runs_and_only_its_tests_fail(assignment, monkeypatc
     assert all(e.ename == ("GradingFailure" if name in graded else "NotImplementedError")
                for name, e in failed.items()), {k: v.ename for k, v in failed.items()}
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "not written yet" in printed and "needs a GPU" in printed and "your code goes here" in printed
+    assert "your code goes here" in printed
+    if language == "en":
+        assert "not written yet" in printed and "needs a GPU" in printed
+    else:  # the check's and the grader's verdicts in the student's language
+        assert CJK.search(printed) and "not written yet" not in printed, printed

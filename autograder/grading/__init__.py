@@ -30,10 +30,18 @@ The threat model, in one place (the instructor guide says the same in prose):
 
 ``grade`` (in :mod:`autograder.check`) is the one entry point the notebooks call; the
 student's own ``check`` stays in their process and is a self-check, not a verdict.
+
+The verdicts and reasons are in the grading run's language: ``TRITON_COURSE_LANG`` in the
+environment ``nbgrader autograde`` runs in (a class released in Chinese is graded with
+``TRITON_COURSE_LANG=zh``), which the runner inherits (:func:`.sandbox.clean_environment` keeps
+``TRITON_*``). Nothing here calls ``set_language``, and the cell of a Chinese release that does
+is neither locked nor an answer cell, so it runs neither in nbgrader's kernel nor in a runner.
+The sentences are in :mod:`autograder.language`'s catalogue, ``autograder/messages/grading.yaml``.
 """
 from __future__ import annotations
 
 from .. import settings
+from ..language import say
 from ..report import CheckResult
 from ..spec import Exercise
 from .judge import grade_notebook, judged
@@ -43,8 +51,10 @@ __all__ = ["grade_notebook", "judged", "needs_a_gpu", "points", "why_nothing"]
 
 def needs_a_gpu(result: CheckResult) -> bool:
     """Whether the throughput went unmeasured for want of a GPU (not for wrong answers)."""
-    speed = result.throughput
-    return speed is not None and speed.status == "not measured" and "needs a GPU" in speed.message
+    from ..throughput import not_measured
+    speed = result.throughput  # in the language in use, as not_measured() words it in this process
+    return speed is not None and speed.status == "not measured" and (
+        "needs a GPU" in speed.message or speed.message.startswith(not_measured().message))
 
 
 def points(exercise: Exercise, part: str, result: CheckResult) -> float:
@@ -62,7 +72,7 @@ def points(exercise: Exercise, part: str, result: CheckResult) -> float:
 def why_nothing(result: CheckResult, part: str) -> str:
     """One sentence on why a verdict earned no points."""
     if part == "throughput":
-        return result.throughput.message if result.throughput else "not measured."
+        return result.throughput.message if result.throughput else say("not measured.")
     if not result.cases:
-        return "no cases were run."
-    return f"no case passed; the first: {result.cases[0].message.splitlines()[0]}"
+        return say("no cases were run.")
+    return say("no case passed; the first: {message}", message=result.cases[0].message.splitlines()[0])

@@ -26,6 +26,8 @@ from nbgrader.api import Gradebook
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
+from ..language import say
+
 
 def grade_id(cell) -> str | None:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -143,11 +145,11 @@ class GradedElsewhere:
         self.name = name
 
     def __repr__(self) -> str:
-        return f"<{self.name}: graded from the notebook's answer cells, in a runner process>"
+        return say("<{function}: graded from the notebook's answer cells, in a runner process>", function=self.name)
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"`{self.name}` does not run in nbgrader's kernel: only the graded cells "
-                           "do, and they have the answer cells run in a runner process.")
+        raise RuntimeError(say("`{function}` does not run in nbgrader's kernel: only the graded cells do, and they "
+                               "have the answer cells run in a runner process.", function=self.name))
 
 
 class ExecuteInstructorCells(Execute):

@@ -19,6 +19,7 @@ that leaves work on the GPU to slow the baseline gains nothing.
 """
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import statistics
@@ -30,6 +31,7 @@ import triton.language as tl
 
 from .. import timing
 from ..correctness import compare_outputs
+from ..language import say
 from ..report import ThroughputResult
 from ..spec import Exercise
 from . import ipc
@@ -106,13 +108,19 @@ class Batch:
                 atol, rtol = tolerances[self.case.dtype]
                 allowed = 2 * (1.5 * atol * math.prod(shape) + rtol * want_abs) + 1e-9 * want_abs
                 if not abs(got - want) <= allowed:  # NaN fails too
-                    yours = f"your {name}" if len(outputs) > 1 else "your output"
-                    return (f"the outputs of the timed runs are wrong: in call {i + 1} of a batch of {len(sums)}, "
-                            f"a weighted sum of {yours} is {got:.6g} where the reference's is {want:.6g}. "
-                            "Outputs are read as soon as your function returns: finish all their work (on every "
-                            "stream) before returning, and compute every call from its own inputs.")
+                    if len(outputs) > 1:
+                        return say("the outputs of the timed runs are wrong: in call {call} of a batch of {calls}, "
+                                   "a weighted sum of your {output} is {got:.6g} where the reference's is {want:.6g}. "
+                                   "Outputs are read as soon as your function returns: finish all their work (on "
+                                   "every stream) before returning, and compute every call from its own inputs.",
+                                   call=i + 1, calls=len(sums), output=name, got=got, want=want)
+                    return say("the outputs of the timed runs are wrong: in call {call} of a batch of {calls}, "
+                               "a weighted sum of your output is {got:.6g} where the reference's is {want:.6g}. "
+                               "Outputs are read as soon as your function returns: finish all their work (on "
+                               "every stream) before returning, and compute every call from its own inputs.",
+                               call=i + 1, calls=len(sums), got=got, want=want)
         problem = compare_outputs(self.exercise, self.case.dtype, sampled, self.kept)
-        return f"the outputs of the timed runs are wrong:\n{problem}" if problem else None
+        return say("the outputs of the timed runs are wrong:\n{problem}", problem=problem) if problem else None
 
 
 class Baseline:
@@ -146,13 +154,13 @@ class Baseline:
     def race(self, runner) -> ThroughputResult:
         """Time the student's runner against the baseline, round by round."""
         if self.problem:
-            return ThroughputResult("failed", f"not measured: the PyTorch baseline could not be timed ({self.problem}); "
-                                    "tell your instructor.")
+            return ThroughputResult("failed", say("not measured: the PyTorch baseline could not be timed ({problem}); "
+                                                  "tell your instructor.", problem=self.problem))
         audit = Batch(self.exercise, self.calls)
         self._prepare(runner, audit)
         header, _ = runner.request({"op": "run", "audit": True})
         if header.get("problem"):
-            return ThroughputResult("failed", f"failed: {header['problem']}")
+            return ThroughputResult("failed", say("failed: {problem}", problem=header["problem"]))
         ours, theirs = [], []
         for _ in range(ROUNDS + 1):  # the first student batch warms up (autotuning ends in the audit)
             theirs.append(self._round(self.reference))
@@ -160,7 +168,7 @@ class Baseline:
             self._prepare(runner, batch)
             seconds, problem = self._timed(runner, batch, trusted=False)
             if problem:
-                return ThroughputResult("failed", f"failed: {problem}")
+                return ThroughputResult("failed", say("failed: {problem}", problem=problem))
             ours.append(seconds - self._overhead())
         student = statistics.median(ours[1:]) / self.calls
         baseline = min(statistics.median(theirs[1:]), statistics.median(self.clean)) / self.calls
@@ -171,7 +179,7 @@ class Baseline:
         self._prepare(side, batch)
         seconds, problem = self._timed(side, batch, trusted=True)
         if problem:
-            raise RuntimeError(f"the PyTorch baseline failed its own check: {problem}")
+            raise RuntimeError(say("the PyTorch baseline failed its own check: {problem}", problem=problem))
         return seconds - self._overhead()
 
     def _overhead(self) -> float:
@@ -206,8 +214,11 @@ class Baseline:
                     isinstance(o, dict) and o.get("dtype") == str(dtype).removeprefix("torch.")
                     and o.get("size") == shape and isinstance(o.get("handle"), str)
                     and type(o.get("offset")) is int for o, (shape, dtype) in zip(outputs, layouts)):
-                shapes = " and ".join(str(shape) for shape, _ in batch.layouts)
-                return 0.0, f"`{self.exercise.function}` did not hand over {len(batch.seeds)} outputs of shape {shapes}."
+                shapes = functools.reduce(lambda earlier, shape: say("{earlier} and {shape}", earlier=earlier,
+                                                                     shape=shape),
+                                          [str(shape) for shape, _ in batch.layouts])
+                return 0.0, say("`{function}` did not hand over {calls} outputs of shape {shapes}.",
+                                function=self.exercise.function, calls=len(batch.seeds), shapes=shapes)
             try:
                 with ipc.mapped([o["handle"] for o in outputs]) as tensor:
                     views = [tensor(o["handle"], o["offset"], dtype, o["size"]) for o, (_, dtype) in zip(outputs, layouts)]
@@ -217,7 +228,7 @@ class Baseline:
                     sampled = [v.clone() for v in views[batch.sampled * per_call:(batch.sampled + 1) * per_call]]
                     torch.cuda.synchronize()
             except ipc.IpcError as error:
-                return 0.0, f"its outputs could not be read ({error})."
+                return 0.0, say("its outputs could not be read ({error}).", error=error)
             sums = [_totals(p) for p in parts]
             return seconds, batch.check([sums[i:i + per_call] for i in range(0, len(sums), per_call)], sampled)
         finally:
@@ -232,14 +243,17 @@ class Baseline:
         # PyTorch's own rate in this run is a rate the device reached too: on the H200 the
         # judge's clock saw torch.matmul at 4096³ reach 117% of do_bench's 8192³ figure.
         if theirs > ceiling:
-            ceiling, ceiling_name = theirs, f"PyTorch's rate here (above {ceiling_name})"
+            ceiling, ceiling_name = theirs, say("PyTorch's rate here (above {ceiling})", ceiling=ceiling_name)
         peak = ours / ceiling
         figures = (ratio, spec.threshold, ours, theirs, peak, spec.unit)
         if peak > SUSPICIOUS_PEAK_FRACTION or student_s <= 0:
-            return ThroughputResult("failed", f"{ours:,.0f} {spec.unit} is {peak:.0%} of {ceiling_name}, which no "
-                                    "kernel can beat: the timing was fooled.", *figures)
+            return ThroughputResult("failed", say("{rate:,.0f} {unit} is {peak:.0%} of {ceiling}, which no kernel can "
+                                                  "beat: the timing was fooled.", rate=ours, unit=spec.unit, peak=peak,
+                                                  ceiling=ceiling_name), *figures)
         verdict = "passed" if ratio >= spec.threshold else "failed"
-        message = (f"{ratio:.2f}× {spec.baseline} (needs ≥ {spec.threshold:g}×) on {spec.case.label}: "
-                   f"{ours:,.0f} {spec.unit} against {theirs:,.0f} {spec.unit}, {peak:.0%} of {ceiling_name}; "
-                   f"timed by the judge, {self.calls} calls a batch, median of {ROUNDS} batches")
+        message = say("{ratio:.2f}× {baseline} (needs ≥ {threshold:g}×) on {label}: {ours:,.0f} {unit} against "
+                      "{theirs:,.0f} {unit}, {peak:.0%} of {ceiling}; timed by the judge, {calls} calls a batch, "
+                      "median of {rounds} batches", ratio=ratio, baseline=spec.baseline, threshold=spec.threshold,
+                      label=spec.case.label, ours=ours, theirs=theirs, unit=spec.unit, peak=peak,
+                      ceiling=ceiling_name, calls=self.calls, rounds=ROUNDS)
         return ThroughputResult(verdict, message, *figures)

@@ -14,6 +14,8 @@ import functools
 
 import torch
 
+from ..language import say
+
 _IPC_HANDLE_BYTES = 64
 _LAZY_ENABLE_PEER_ACCESS = 1
 
@@ -39,7 +41,7 @@ def _driver():
 
 def _check(result: int, what: str) -> None:
     if result != 0:
-        raise IpcError(f"{what} failed with CUDA error {result}")
+        raise IpcError(say("{call} failed with CUDA error {code}", call=what, code=result))
 
 
 def export(t: torch.Tensor) -> dict:
@@ -71,7 +73,7 @@ def mapped(handles: list[str]):
         for text in dict.fromkeys(handles):
             raw = bytes.fromhex(text)
             if len(raw) != _IPC_HANDLE_BYTES:
-                raise IpcError("a memory handle of the wrong size")
+                raise IpcError(say("a memory handle of the wrong size"))
             pointer = ctypes.c_uint64()
             _check(lib.cuIpcOpenMemHandle_v2(ctypes.byref(pointer), _Handle.from_buffer_copy(raw),
                                              _LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle")
@@ -84,7 +86,8 @@ def mapped(handles: list[str]):
         def tensor(handle: str, offset: int, dtype: torch.dtype, size: list[int]) -> torch.Tensor:
             nbytes = dtype.itemsize * (int(torch.Size(size).numel()) if size else 1)
             if not 0 <= offset <= sizes[handle] - nbytes:
-                raise IpcError(f"an output that reaches past its allocation ({offset} + {nbytes} > {sizes[handle]})")
+                raise IpcError(say("an output that reaches past its allocation ({offset} + {nbytes} > {size})",
+                                   offset=offset, nbytes=nbytes, size=sizes[handle]))
             memory = torch.as_tensor(_Memory(bases[handle] + offset, nbytes), device="cuda")
             return memory.view(dtype).view(size)
 

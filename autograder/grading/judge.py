@@ -41,6 +41,7 @@ import torch
 
 from .. import device, settings
 from ..correctness import run_cases
+from ..language import say
 from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Exercise
 from . import protocol, sandbox
@@ -116,7 +117,7 @@ class Runner:
         header, _ = self.request(None, limit_s=START_LIMIT_S)
         error = self.ended or header.get("error")
         self.error: str | None = error if error is None or isinstance(error, str) else \
-            "the grading process sent a start-up message the judge does not accept."
+            say("the grading process sent a start-up message the judge does not accept.")
         """Why the answer cells could not be graded at all, or None."""
 
     def request(self, header: dict | None, tensors=(), max_bytes: int = 0, limit_s: float | None = None):
@@ -131,8 +132,7 @@ class Runner:
                 protocol.send(self.channel, header, tensors)
             return protocol.recv(self.channel, deadline, max_bytes)
         except protocol.TimedOut:
-            what = "your answer cells" if header is None else f"`{self.exercise.function}`"
-            self.ended = self._stop(timed_out=(what, limit_s) if deadline < self.deadline else None)
+            self.ended = self._stop(timed_out=(header is None, limit_s) if deadline < self.deadline else None)
         except protocol.PeerGone:
             self.ended = self._stop()
         except (protocol.ProtocolError, OSError) as error:
@@ -154,7 +154,7 @@ class Runner:
         if problem is not None:
             return None, str(problem)
         if len(out) != len(self.exercise.outputs):
-            return None, "the grading process sent no output for this case."
+            return None, say("the grading process sent no output for this case.")
         return tuple(o.to(tensors[0].device if tensors else "cpu") for o in out), None
 
     def pause(self) -> None:
@@ -174,27 +174,35 @@ class Runner:
 
     def _stop(self, timed_out: tuple | bool | None = False, broken: str | None = None) -> str:
         """Stop the process; why it ended, for the student. ``timed_out``: None when the whole
-        test's time ran out, (what, seconds) when one request's did."""
+        test's time ran out, (starting, seconds) when one request's did, ``starting`` when that
+        request was the wait for the answer cells to run."""
         self.process.resume()
         returncode = None if timed_out is not False else self.process.wait(5)
         finished = self.process.stop()
         self.channel.close()
         self.folder.cleanup()
         last = "\n".join(line[:300] for line in finished.output.strip().splitlines()[-6:])
-        last = f"\nIts last output:\n{last}" if last else ""
+        last = "\n" + say("Its last output:\n{output}", output=last) if last else ""
         if timed_out is None:
-            budget = settings.GRADING_TIMEOUT_S.get()
-            return f"grading was stopped after {budget:g} s, the limit for one graded test: the code never finished.{last}"
+            return say("grading was stopped after {budget:g} s, the limit for one graded test: the code never "
+                       "finished.{last}", budget=settings.GRADING_TIMEOUT_S.get(), last=last)
         if timed_out is not False:
-            what, seconds = timed_out
-            return (f"{what} did not finish within {seconds:g} s, so grading stopped them: look for a loop "
-                    f"that never ends or a grid far larger than intended.{last}")
+            starting, seconds = timed_out
+            if starting:
+                return say("your answer cells did not finish within {seconds:g} s, so grading stopped them: look for "
+                           "a loop that never ends or a grid far larger than intended.{last}",
+                           seconds=seconds, last=last)
+            return say("`{function}` did not finish within {seconds:g} s, so grading stopped them: look for a loop "
+                       "that never ends or a grid far larger than intended.{last}",
+                       function=self.exercise.function, seconds=seconds, last=last)
         if broken is not None:
-            return f"the grading process sent what the judge does not accept ({broken}).{last}"
-        how = sandbox.describe_exit(returncode) if returncode is not None else "it closed its channel"
+            return say("the grading process sent what the judge does not accept ({broken}).{last}",
+                       broken=broken, last=last)
+        how = sandbox.describe_exit(returncode) if returncode is not None else say("it closed its channel")
         if sandbox.ran_out_of_memory(finished.output):
-            return f"your code {sandbox.memory_note()}, which ended the grading process ({how}).{last}"
-        return f"your code crashed the grading process ({how}).{last}"
+            return say("your code {memory}, which ended the grading process ({how}).{last}",
+                       memory=sandbox.memory_note(), how=how, last=last)
+        return say("your code crashed the grading process ({how}).{last}", how=how, last=last)
 
 
 def _output_bytes(exercise: Exercise, inputs) -> int:
@@ -275,19 +283,19 @@ def _throughput(exercise: Exercise, result: CheckResult, runner: Runner, clean) 
     if clean is None:
         return throughput.not_measured()
     if not result.correct:
-        return ThroughputResult("not measured", "not measured: fix correctness first.")
+        return ThroughputResult("not measured", say("not measured: fix correctness first."))
     try:
         return clean.race(runner)
     except Exception as error:  # the judge's own machinery: say so, never a bare traceback
-        return ThroughputResult("failed", f"not measured: the judge's timing failed ({type(error).__name__}: "
-                                f"{error}); tell your instructor.")
+        return ThroughputResult("failed", say("not measured: the judge's timing failed ({error}); tell your "
+                                              "instructor.", error=f"{type(error).__name__}: {error}"))
 
 
 def _failed(exercise: Exercise, message: str) -> CheckResult:
-    return CheckResult(exercise.name, seed=-1, cases=[CaseResult("(whole submission)", False, message)])
+    return CheckResult(exercise.name, seed=-1, cases=[CaseResult(say("(whole submission)"), False, message)])
 
 
 def _name_memory_exhaustion(result: CheckResult) -> None:
     for case in result.cases:
-        if not case.passed and sandbox.ran_out_of_memory(case.message) and "ran out of memory" not in case.message:
-            case.message = f"your code {sandbox.memory_note()}: {case.message}"
+        if not case.passed and sandbox.ran_out_of_memory(case.message) and not sandbox.memory_noted(case.message):
+            case.message = say("your code {memory}: {error}", memory=sandbox.memory_note(), error=case.message)

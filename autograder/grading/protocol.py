@@ -9,6 +9,8 @@ import time
 
 import torch
 
+from ..language import say
+
 MAX_HEADER_BYTES = 1 << 20
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
@@ -50,18 +52,19 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
     (a ``time.monotonic()`` value)."""
     size = int.from_bytes(_read(sock, 4, deadline), "big")
     if size > MAX_HEADER_BYTES:
-        raise ProtocolError(f"a header of {size} bytes")
+        raise ProtocolError(say("a header of {size} bytes", size=size))
     try:
         header = json.loads(_read(sock, size, deadline))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ProtocolError(f"a header that is not JSON ({error})") from None
+        raise ProtocolError(say("a header that is not JSON ({error})", error=error)) from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
-        raise ProtocolError("a header that is not a JSON object with a list of tensors")
+        raise ProtocolError(say("a header that is not a JSON object with a list of tensors"))
     tensors, budget = [], max_tensor_bytes
     for meta in header.pop("tensors", []):
         nbytes = _layout(meta)
         if nbytes > budget:
-            raise ProtocolError(f"{nbytes:,} bytes of tensor data, more than the {max_tensor_bytes:,} expected")
+            raise ProtocolError(say("{nbytes:,} bytes of tensor data, more than the {expected:,} expected",
+                                    nbytes=nbytes, expected=max_tensor_bytes))
         budget -= nbytes
         tensors.append(_tensor(meta, bytearray(_read(sock, nbytes, deadline)), device))
     return header, tensors
@@ -70,15 +73,15 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
 def _layout(meta) -> int:
     """The byte count of a tensor's description, once it is known to be a possible tensor."""
     if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
-        raise ProtocolError(f"a tensor description that is not allowed: {str(meta)[:200]}")
+        raise ProtocolError(say("a tensor description that is not allowed: {description}", description=str(meta)[:200]))
     size, stride, offset, nbytes = (meta.get(k) for k in ("size", "stride", "offset", "nbytes"))
     if not (isinstance(size, list) and isinstance(stride, list) and len(size) == len(stride)
             and all(type(n) is int and n >= 0 for n in [*size, *stride, offset, nbytes])):
-        raise ProtocolError(f"a tensor layout that is not allowed: {str(meta)[:200]}")
+        raise ProtocolError(say("a tensor layout that is not allowed: {description}", description=str(meta)[:200]))
     itemsize = DTYPES[meta["dtype"]].itemsize
     last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else -1
     if nbytes % itemsize or (last + 1) * itemsize > nbytes:
-        raise ProtocolError(f"a tensor whose layout reaches past its {nbytes} bytes")
+        raise ProtocolError(say("a tensor whose layout reaches past its {nbytes} bytes", nbytes=nbytes))
     return nbytes
 
 

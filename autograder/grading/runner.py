@@ -22,6 +22,7 @@ import time
 import types
 from pathlib import Path
 
+from ..language import say
 from . import confine, protocol, sandbox
 
 HIDDEN_PACKAGES = ("solutions",)
@@ -36,8 +37,8 @@ class _HiddenPackages:
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name.split(".")[0] in HIDDEN_PACKAGES:
-            raise ModuleNotFoundError(f"No module named {name!r}: the reference solutions cannot be "
-                                      "imported while your work is graded", name=name)
+            raise ModuleNotFoundError(say("No module named {module!r}: the reference solutions cannot be imported "
+                                          "while your work is graded", module=name), name=name)
         return None
 
 
@@ -53,9 +54,10 @@ def run_answer(path: Path) -> tuple[dict, str | None]:
     except Exception as exc:  # the answer cells fail when run on their own
         # a syntax error's line number counts from the top of setup + answers: show the line
         detail = f"{exc.msg}: `{exc.text.strip()}`" if isinstance(exc, SyntaxError) and exc.text else exc
-        error = f"your answer cells raised {type(exc).__name__} when run on their own: {detail}"
+        error = say("your answer cells raised {error_type} when run on their own: {detail}",
+                    error_type=type(exc).__name__, detail=detail)
         if sandbox.ran_out_of_memory(error):
-            error = f"your code {sandbox.memory_note()}: {error}"
+            error = say("your code {memory}: {error}", memory=sandbox.memory_note(), error=error)
         return vars(module), error
 
 
@@ -68,8 +70,6 @@ class Server:
         self.earlier, self.batch, self.outputs = [], [], []
 
     def call(self, header: dict, tensors: list):
-        import torch
-
         from ..correctness import GuardZones, call_student, copy_input
         zones = GuardZones() if self.device == "cuda" else None
         given = [copy_input(tensors[a["tensor"]], zones) if "tensor" in a else a["value"] for a in header["args"]]
@@ -111,7 +111,8 @@ class Server:
         self.outputs = [o.contiguous() if isinstance(o, torch.Tensor) else o for o in outs]
         torch.cuda.synchronize()
         if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in self.outputs):
-            return {"problem": f"`{self.exercise.function}` did not return a tensor on the GPU"}, []
+            return {"problem": say("`{function}` did not return a tensor on the GPU",
+                                   function=self.exercise.function)}, []
         return {"outputs": [ipc.export(o) for o in self.outputs]}, []
 
     def ping(self, header: dict, tensors: list):
@@ -161,13 +162,13 @@ def main(argv=None) -> int:
     try:
         confine.confine(Path.cwd(), *([Path(cache)] if cache else []))  # before anything of the student's is read
     except confine.ConfinementError as error:
-        protocol.send(channel, {"error": f"grading could not confine your code ({error}), so none of it "
-                                         "ran: tell your instructor."})
+        protocol.send(channel, {"error": say("grading could not confine your code ({error}), so none of it ran: "
+                                             "tell your instructor.", error=error)})
         return 0
     namespace, error = run_answer(args.answer)
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
-        error = f"your answer cells define no function `{exercise.function}`."
+        error = say("your answer cells define no function `{function}`.", function=exercise.function)
     protocol.send(channel, {"error": error})
     if error is None:
         serve(channel, Server(exercise, fn, where.device))

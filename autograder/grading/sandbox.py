@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import settings
+from ..language import say
 
 MEMORY_LIMIT_VAR = settings.MEMORY_LIMIT_GB.name
 KEPT_VARIABLES = frozenset({"PATH", "LANG", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH", "CC", "CXX"})
@@ -182,7 +183,8 @@ class Sandboxed:
         _live.discard(self.process.pid)
         reap_orphans()
         self.reader.join(timeout=10)  # a grandchild that left the group may hold the pipe open
-        middle = f"\n[... {self.dropped} characters of output left out ...]\n" if self.dropped else ""
+        middle = "\n" + say("[... {count} characters of output left out ...]", count=self.dropped) + "\n" \
+            if self.dropped else ""
         return Finished(returncode, self.head + middle + self.tail)
 
 
@@ -229,20 +231,30 @@ def ran_out_of_memory(text: str) -> bool:
 
 
 def memory_note() -> str:
+    """What a student's code did that ran out of memory, to follow "your code" in a sentence."""
     limit = memory_limit_bytes()
-    return "ran out of memory" + (f" (a grading process may use {limit / 2**30:g} GiB)" if limit else "")
+    if limit:
+        return say("ran out of memory (a grading process may use {limit:g} GiB)", limit=limit / 2**30)
+    return say("ran out of memory")
+
+
+def memory_noted(text: str) -> bool:
+    """Whether ``text`` already says, in English or the language in use, that the code ran out of memory."""
+    return "ran out of memory" in text or say("ran out of memory") in text
 
 
 def describe_exit(returncode: int) -> str:
     """Why a process ended, for a student: ``exit code 1``, ``SIGSEGV: a segmentation fault``..."""
     if returncode >= 0:
-        return f"exit code {returncode}"
-    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
-    why = {"SIGSEGV": "a segmentation fault: memory read or written through a bad pointer",
-           "SIGBUS": "a bus error: memory read or written through a bad pointer",
-           "SIGABRT": "aborted, often by a failed check in C code or corrupted memory",
-           "SIGKILL": "killed, most likely by the kernel for running out of memory"}.get(name)
-    return f"{name}: {why}" if why else f"killed by {name}"
+        return say("exit code {code}", code=returncode)
+    if -returncode not in signal.valid_signals():
+        return say("killed by signal {number}", number=-returncode)
+    name = signal.Signals(-returncode).name
+    why = {"SIGSEGV": say("a segmentation fault: memory read or written through a bad pointer"),
+           "SIGBUS": say("a bus error: memory read or written through a bad pointer"),
+           "SIGABRT": say("aborted, often by a failed check in C code or corrupted memory"),
+           "SIGKILL": say("killed, most likely by the kernel for running out of memory")}.get(name)
+    return say("{signal}: {why}", signal=name, why=why) if why else say("killed by {signal}", signal=name)
 
 
 def _signal_group(pid: int, sig: int, group: bool = True) -> None:

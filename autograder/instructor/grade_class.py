@@ -34,7 +34,7 @@ from nbgrader.api import Gradebook, MissingEntry
 import solutions
 
 from . import grade_workers
-from ..report import CASE_MARK
+from ..report import case_mark
 from ..grading import confine, sandbox
 from ..grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
 
@@ -200,12 +200,13 @@ def failing_reason(notebook: dict, cell_id: str) -> str:
                 return (text.splitlines() or [ename])[0]
         printed = "".join(_joined(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream")
         lines = [line.strip() for line in printed.splitlines()]
-        first = next((i for i, line in enumerate(lines) if line.startswith(CASE_MARK[False])), None)
+        failed = case_mark(False)  # in the grading run's language, as the verdicts were printed
+        first = next((i for i, line in enumerate(lines) if line.startswith(failed)), None)
         if first is None and lines:  # no case failed: the verdict's own first line (a throughput)
             return lines[0]
         if first is None or first + 1 == len(lines):
             return "partial credit (see the cell's output)"
-        return f"partial credit; the first failure, {lines[first].removeprefix(CASE_MARK[False]).strip()}: {lines[first + 1]}"
+        return f"partial credit; the first failure, {lines[first].removeprefix(failed).strip()}: {lines[first + 1]}"
     return "cell missing from the submission"
 
 

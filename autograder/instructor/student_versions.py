@@ -6,6 +6,10 @@ made by ``nbgrader generate_assignment`` from ``source/`` in a scratch course (s
 own ``release/`` folder and gradebook stay the instructor's). Students without nbgrader open the
 same files locally.
 
+The Chinese version, ``student/zh/<assignment>/<assignment>.ipynb``, is nbgrader's release in
+Chinese (``TRITON_COURSE_LANG=zh``, :class:`~autograder.instructor.translation.Translate`), made
+for every assignment with a table in ``student/zh/translations/``.
+
 ``python -m autograder.instructor.student_versions`` rewrites them; ``--check`` only reports the ones that
 differ from a fresh release (a test runs it).
 """
@@ -20,6 +24,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .translation import ASSIGNMENT_TABLES
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "source"
 STUDENT_DIR = ROOT / "student"
@@ -29,28 +35,40 @@ def assignments() -> list[str]:
     return sorted(p.name for p in SOURCE_DIR.iterdir() if (p / f"{p.name}.ipynb").exists())
 
 
-def student_path(assignment: str) -> Path:
-    return STUDENT_DIR / assignment / f"{assignment}.ipynb"
+def versions() -> list[tuple[str, str]]:
+    """Every (assignment, language) there is a student version of: English, and each language
+    with a translation table."""
+    return [(a, lang) for a in assignments() for lang in ("en", "zh")
+            if lang == "en" or (ROOT / ASSIGNMENT_TABLES / f"{a}.yaml").exists()]
 
 
-def released(assignment: str) -> str:
-    """The text of the notebook nbgrader releases for ``assignment`` from ``source/``."""
+def student_path(assignment: str, language: str = "en") -> Path:
+    return STUDENT_DIR.joinpath(*([] if language == "en" else [language]), assignment, f"{assignment}.ipynb")
+
+
+def released(assignment: str, language: str = "en") -> str:
+    """The text of the notebook nbgrader releases for ``assignment`` from ``source/``, in ``language``."""
     with tempfile.TemporaryDirectory(prefix="student-version-") as tmp:
         course = Path(tmp)
         shutil.copy(ROOT / "nbgrader_config.py", course)
         shutil.copytree(SOURCE_DIR / assignment, course / "source" / assignment)
+        if (tables := ROOT / ASSIGNMENT_TABLES).exists():
+            shutil.copytree(tables, course / ASSIGNMENT_TABLES)
         # nbgrader runs `alembic` from this interpreter's environment
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                   TRITON_COURSE_LANG=language)
         done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
                               cwd=course, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n{done.stdout}{done.stderr}")
+            raise RuntimeError(f"nbgrader generate_assignment {assignment} ({language}) failed:\n"
+                               f"{done.stdout}{done.stderr}")
         return (course / "release" / assignment / f"{assignment}.ipynb").read_text()
 
 
-def sync(assignment: str, write: bool = True) -> bool:
-    """Bring ``student/`` in step for one assignment; return whether it was (or would be) changed."""
-    want, path = released(assignment), student_path(assignment)
+def sync(assignment: str, language: str = "en", write: bool = True) -> bool:
+    """Bring ``student/`` in step for one assignment in one language; return whether it was (or
+    would be) changed."""
+    want, path = released(assignment, language), student_path(assignment, language)
     if path.exists() and path.read_text() == want:
         return False
     if write:
@@ -63,11 +81,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report drift, change nothing")
     args = parser.parse_args(argv)
-    names = assignments()
+    wanted = versions()
     with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:  # one nbgrader process each
-        changed = [a for a, c in zip(names, pool.map(lambda a: sync(a, write=not args.check), names)) if c]
-    for a in changed:
-        print(("drifted: " if args.check else "updated: ") + str(student_path(a).relative_to(ROOT)))
+        done = pool.map(lambda v: sync(*v, write=not args.check), wanted)
+        changed = [v for v, c in zip(wanted, done) if c]
+    for v in changed:
+        print(("drifted: " if args.check else "updated: ") + str(student_path(*v).relative_to(ROOT)))
     return 1 if (changed and args.check) else 0
 
 

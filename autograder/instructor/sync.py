@@ -15,33 +15,30 @@ rewritten from the record (:mod:`autograder.figures`) in every notebook, in READ
 docs/*.md, and in the translations.
 
 Chinese lessons, ``notebooks/zh/NN_name.ipynb``, are generated whole from the English
-``notebooks/NN_name.ipynb`` and ``notebooks/zh/translations/NN_name.yaml``, which maps each
-hand-written Markdown cell's id to ``{en: <digest of the English source>, zh: <Chinese>}``; a
-translation whose English has changed since is reported as stale (a figure's new value is no
-change: the digest blanks them).
+``notebooks/NN_name.ipynb`` and ``notebooks/zh/translations/NN_name.yaml``
+(:mod:`.translation`); a translation whose English has changed since is reported as stale (a
+figure's new value is no change: the digest blanks them). The problem sets' tables, in
+``student/zh/translations/``, are applied when nbgrader releases them (:mod:`.student_versions`).
 
 ``triton-course sync`` (or ``python -m autograder.instructor.sync``) rewrites them; ``--check`` only reports (the tests use it).
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import tomllib
 from pathlib import Path
 
 import nbformat
-import yaml
 
 from .. import exercises, figures
+from .translation import ASSIGNMENT_TABLES, translate
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIRS = ("notebooks", "source")
 SECTION_MARK = "# --- notebook cell: "
 ZH_DIR = ROOT / "notebooks" / "zh"
 TRANSLATIONS = ZH_DIR / "translations"
-ZH_LANGUAGE_CELL = ("from autograder.quiz import set_language\n\n"
-                    "set_language(\"zh\")  # 测验与案例问题以中文显示")
 
 
 def repository() -> str:
@@ -53,7 +50,7 @@ def colab_badge(path: Path) -> str:
     """The badge opening ``path`` in Colab; for an assignment, its student version (in
     ``student/``, made by :mod:`autograder.instructor.student_versions`), never the source with solutions."""
     repo = repository().removeprefix("https://github.com/")
-    relative = path.relative_to(ROOT)
+    relative = Path(path).relative_to(ROOT)
     if relative.parts[0] == "source":
         relative = Path("student", *relative.parts[1:])
     url = f"https://colab.research.google.com/github/{repo}/blob/main/{relative.as_posix()}"
@@ -89,10 +86,17 @@ def without_markers(code: str) -> str:
                      if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
 
 
-def rubric(exercise_name: str) -> str:
+def rubric(exercise_name: str, language: str = "en") -> str:
     ex = exercises.get(exercise_name)
     p, t = ex.points, ex.throughput
     total = sum(p.values())
+    if language == "zh":
+        return (f"### 评分标准（共 {total:g} 分）\n\n"
+                f"| 部分 | 分数 | 评分方式 |\n|---|---|---|\n"
+                f"| 正确性 | {p['correctness']:g} | 自检运行的那些用例，按通过的比例给分 |\n"
+                f"| 隐藏测试 | {p['hidden']:g} | 在新的随机输入上测试更多尺寸，同样按比例给分 |\n"
+                f"| 吞吐量 | {p['throughput']:g} | 在 GPU 上、{t.case.label} 的输入上，速度至少为 "
+                f"`{t.baseline}` 的 {t.threshold:g} 倍 |")
     return (f"### Rubric ({total:g} points)\n\n"
             f"| part | points | how it is graded |\n|---|---|---|\n"
             f"| correctness | {p['correctness']:g} | the cases your self-check runs, shared out by the fraction passed |\n"
@@ -131,31 +135,9 @@ def expected_source(cell, path: Path) -> str | None:
     raise ValueError(f"{path}: unknown course role {role!r}")
 
 
-def source_digest(text: str) -> str:
-    """What a translation records of the English it was made from, its figures blanked."""
-    return hashlib.sha1(figures.blank(text).encode()).hexdigest()[:12]
-
-
 def translated(english: Path) -> nbformat.NotebookNode:
-    """The Chinese notebook made from ``english`` and its translation table."""
-    table_path = TRANSLATIONS / f"{english.stem}.yaml"
-    table = yaml.safe_load(table_path.read_text()) or {}
-    nb = nbformat.read(english, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type != "markdown" or "role" in cell.metadata.get("course", {}):
-            continue
-        entry = table.get(cell.id)
-        if entry is None:
-            raise KeyError(f"translations/{table_path.name}: no Chinese for cell {cell.id} of {english.name}")
-        if entry["en"] != source_digest(cell.source):
-            raise ValueError(f"translations/{table_path.name}: cell {cell.id} is stale, its English "
-                             f"changed (digest now {source_digest(cell.source)})")
-        cell.source = entry["zh"].rstrip("\n")
-    setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "setup_device(" in c.source)
-    language = nbformat.v4.new_code_cell(ZH_LANGUAGE_CELL)
-    language.id = f"zh{nb.cells[setup].id}"[:64]
-    nb.cells.insert(setup + 1, language)
-    return nb
+    """The Chinese lesson made from ``english`` and its translation table."""
+    return translate(nbformat.read(english, as_version=4), TRANSLATIONS / f"{english.stem}.yaml", english.name)
 
 
 def sync(path: Path, write: bool = True) -> list[str]:
@@ -202,7 +184,8 @@ def _fill_generated(nb, path: Path) -> list[str]:
 
 def text_files() -> list[Path]:
     """The files besides notebooks that quote figures: README, the guides, the translations."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(TRANSLATIONS.glob("*.yaml"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(TRANSLATIONS.glob("*.yaml")),
+            *sorted((ROOT / ASSIGNMENT_TABLES).glob("*.yaml"))]
 
 
 def sync_text(path: Path, write: bool = True) -> list[str]:

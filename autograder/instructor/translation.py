@@ -1,0 +1,81 @@
+"""Chinese versions of notebooks, made from the English ones and a translation table.
+
+A table (YAML) maps the id of every hand-written Markdown cell (one without ``course.role``) to
+``{en: <digest of the English source>, zh: <the Chinese>}``. A translation whose English has
+changed since is stale and stops the build, so no Chinese notebook silently lags its English.
+Code cells are never translated: both versions run, and are graded, the same code.
+
+- Lessons: ``notebooks/zh/translations/NN_name.yaml`` → ``notebooks/zh/NN_name.ipynb``
+  (:mod:`autograder.instructor.sync`).
+- Problem sets: ``student/zh/translations/<assignment>.yaml``, applied while nbgrader releases
+  the assignment by :class:`Translate`, a preprocessor of ``generate_assignment``
+  (nbgrader_config.py). ``TRITON_COURSE_LANG=zh nbgrader generate_assignment ps1_broadcast_add``
+  releases the Chinese version: the same graded cells, ids and points as the English one, so one
+  gradebook grades both. ``student/zh/`` holds that release (:mod:`.student_versions`).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import nbformat
+import yaml
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from .. import figures, settings
+
+ZH_LANGUAGE_CELL = ("from autograder import set_language\n\n"
+                    "set_language(\"zh\")  # 测验、检查结果和提示以中文显示")
+ASSIGNMENT_TABLES = Path("student", "zh", "translations")
+"""Where, under a course's root, the problem sets' tables are."""
+
+
+def source_digest(text: str) -> str:
+    """What a translation records of the English it was made from, its figures blanked."""
+    return hashlib.sha1(figures.blank(text).encode()).hexdigest()[:12]
+
+
+def translate(nb: nbformat.NotebookNode, table_path: Path, name: str) -> nbformat.NotebookNode:
+    """``nb`` in Chinese, in place: each hand-written Markdown cell from the table, and a cell
+    switching the course's messages to Chinese after the cell that sets up the device."""
+    table = yaml.safe_load(table_path.read_text()) if table_path.exists() else None
+    if table is None:
+        raise FileNotFoundError(f"{table_path}: no Chinese translation of {name}")
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or "role" in cell.metadata.get("course", {}):
+            continue
+        entry = table.get(cell.id)
+        if entry is None:
+            raise KeyError(f"{table_path.name}: no Chinese for cell {cell.id} of {name}")
+        if entry["en"] != source_digest(cell.source):
+            raise ValueError(f"{table_path.name}: cell {cell.id} of {name} is stale, its English "
+                             f"changed (digest now {source_digest(cell.source)})")
+        cell.source = entry["zh"].rstrip("\n")
+    setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "setup_device(" in c.source)
+    language = nbformat.v4.new_code_cell(ZH_LANGUAGE_CELL)
+    language.id = f"zh{nb.cells[setup].id}"[:64]
+    nb.cells.insert(setup + 1, language)
+    return nb
+
+
+class Translate(NbGraderPreprocessor):
+    """``generate_assignment`` step: in the language of ``TRITON_COURSE_LANG`` (English by
+    default, then nothing changes), the assignment's Markdown from its table, and its generated
+    cells (the rubric, the Colab badge) made in that language."""
+
+    def preprocess(self, nb, resources):
+        language = settings.LANG.get()
+        if language == "en":
+            return nb, resources
+        from . import sync  # imports this module
+        assignment = resources["nbgrader"]["assignment"]
+        root = Path(CourseDirectory(parent=self).root)
+        translate(nb, root / ASSIGNMENT_TABLES / f"{assignment}.yaml", assignment)
+        for cell in nb.cells:
+            meta = cell.metadata.get("course", {})
+            if meta.get("role") == "rubric":
+                cell.source = sync.rubric(meta["exercise"], language)
+            elif meta.get("role") == "colab-badge":
+                cell.source = sync.colab_badge(sync.ROOT / "student" / language / assignment / f"{assignment}.ipynb")
+        return nb, resources

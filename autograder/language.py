@@ -1,0 +1,65 @@
+"""The language the course speaks to a student, and its sentences in each language.
+
+Every sentence a student reads (check and grading verdicts, hints, the device banner, plot
+titles and labels) is written in English in the code and passed through :func:`say`, which
+looks it up in the catalogue, ``autograder/messages/*.yaml``: lists of ``{en, zh}`` pairs, one
+file per part of the course, placeholders in ``str.format``'s syntax. tests/test_messages.py
+fails when a sentence given to :func:`say` has no Chinese, or its Chinese drops or adds a
+placeholder. (Not gettext: its .mo files need a build step, and this catalogue is read and
+checked like the course's other translation tables, glossary included.)
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from pathlib import Path
+
+import yaml
+
+from . import settings
+
+LANGUAGES = settings.LANGUAGES
+CATALOGUE_DIR = Path(__file__).with_name("messages")
+
+_language: str | None = None
+"""Set by :func:`set_language`; None until then, so TRITON_COURSE_LANG decides."""
+
+
+def set_language(lang: str) -> None:
+    """Use ``lang`` ("en" or "zh") for everything shown from now on: quizzes, checks, hints."""
+    global _language
+    if lang not in LANGUAGES:
+        raise ValueError(f"unknown language {lang!r} passed to set_language(); "
+                         f"choose one of: {', '.join(LANGUAGES)}")
+    _language = lang
+
+
+def get_language() -> str:
+    """The language in use: the last :func:`set_language`, else $TRITON_COURSE_LANG, else "en"."""
+    return _language if _language is not None else settings.LANG.get()
+
+
+@contextlib.contextmanager
+def speaking(lang: str):
+    """Inside the block, :func:`say` speaks ``lang``; the language in use before comes back after."""
+    global _language
+    before, _language = _language, lang
+    try:
+        yield
+    finally:
+        _language = before
+
+
+@functools.cache
+def catalogue() -> dict[str, dict[str, str]]:
+    """English sentence → its other languages, from every file of the catalogue."""
+    entries = [e for path in sorted(CATALOGUE_DIR.glob("*.yaml")) for e in yaml.safe_load(path.read_text()) or []]
+    return {e["en"]: {lang: text for lang, text in e.items() if lang != "en"} for e in entries}
+
+
+def say(template: str, /, **values) -> str:
+    """``template`` in the language in use, its placeholders filled from ``values``. A sentence
+    the catalogue lacks stays English (a test keeps the catalogue complete)."""
+    lang = get_language()
+    text = template if lang == "en" else catalogue().get(template, {}).get(lang, template)
+    return text.format(**values)
