@@ -236,3 +236,9 @@ def test_the_notebook_asks_every_lesson_nine_question():
     code = "\n".join(notebook_code(NOTEBOOK))
     ours = [q for q in quiz.load_quizzes()["questions"] if q.startswith("q9")]
     assert len(ours) >= 3 and all(f'ask("{q}")' in code for q in ours)
+
+
+def test_the_forward_refuses_meta_tensors_instead_of_launching_at_address_0():
+    # On a GPU a launch on meta tensors faults and ends every later CUDA call (lesson 10's meta line).
+    with pytest.raises(NotImplementedError, match="meta tensors have none"):
+        lesson.rms_norm_forward(torch.empty(4, 8, device="meta"), torch.empty(8, device="meta"))

@@ -14,6 +14,7 @@ from nbgrader.api import Gradebook
 
 from autograder import exercises
 from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1_EXERCISE
+from autograder.instructor import student_versions
 from autograder.instructor.grade_class import grade_class, saved, table
 from conftest import DEVICE, ROOT, venv_env
 
@@ -96,11 +97,15 @@ def cycle(tmp_path_factory):
     instructor, student_block, back = guide_blocks()
     assert all(code == 0 for code in run_lines(instructor, course, HOME=str(home)).values())
     fetch, submit = student_block.split(SOLVES)
-    students = {"ada": reference(PS1), "bob": reference(PS1).replace(*ROW_MASK_ONLY), "cy": None, "dee": "broken"}
+    # eve works in the Chinese release (student/zh/): one gradebook grades both languages
+    students = {"ada": reference(PS1), "bob": reference(PS1).replace(*ROW_MASK_ONLY), "cy": None, "dee": "broken",
+                "eve": reference(PS1)}
     for student, solution in students.items():
         assert all(code == 0 for code in run_lines(fetch.replace("ada", student), tmp, **env).values())
         folder = home / "students" / student
         notebook = folder / PS1 / f"{PS1}.ipynb"
+        if student == "eve":
+            shutil.copy(student_versions.student_path(PS1, "zh"), notebook)
         if solution == "broken":
             notebook.write_text('{"cells": [ this is not JSON')
         else:
@@ -144,13 +149,15 @@ def test_reference_partial_and_empty_submissions_score_as_declared(cycle):
     assert cell_scores(course, PS1, "ada") == full
     assert cell_scores(course, PS1, "bob") == expected_unmasked_points()
     assert sum(cell_scores(course, PS1, "cy").values()) == 0
+    assert cell_scores(course, PS1, "eve") == full
 
 
 def test_exported_grades_are_exact(cycle):
     course, _ = cycle
     rows = {r["student_id"]: r for r in csv.DictReader((course / "grades.csv").open())}
     total = sum(PS1_EXERCISE.points.values())
-    expected = {"ada": total - PS1_EXERCISE.points["throughput"], "bob": sum(expected_unmasked_points().values()), "cy": 0.0, "dee": 0.0}
+    expected = {"ada": total - PS1_EXERCISE.points["throughput"], "bob": sum(expected_unmasked_points().values()), "cy": 0.0,
+                "dee": 0.0, "eve": total - PS1_EXERCISE.points["throughput"]}
     assert set(rows) == set(expected)  # the broken notebook is listed too, with 0
     for student, score in expected.items():
         assert float(rows[student]["score"]) == pytest.approx(score), rows[student]
@@ -159,7 +166,7 @@ def test_exported_grades_are_exact(cycle):
 
 def test_class_summary_names_failing_tests_and_reasons(cycle):
     _, grades = cycle
-    assert set(grades) == {"ada", "bob", "cy", "dee"}
+    assert set(grades) == {"ada", "bob", "cy", "dee", "eve"}
     assert grades["ada"].failing == ["test_throughput"]
     assert "needs a GPU" in grades["ada"].reasons[0]
     assert "test_correctness" in grades["bob"].failing and "partial credit" in " ".join(grades["bob"].reasons)

@@ -19,16 +19,18 @@ def layer_norm_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> t
 
 def layer_norm_inputs(case: Case, generator: torch.Generator, device: str):
     """(x, w, b, dy): x as :func:`~autograder.inputs.random_tensors` draws it (normal, large or
-    strided), with every third row from row 2 on constant, its first value rounded to bfloat16:
-    8 significant bits, so every partial sum of the row is exact in float32 up to 65,536 columns
-    and the mean is exactly that value. There x − mean = 0, the variance 0 and rstd = 1/sqrt(eps)
-    = 316 (a kernel without eps returns inf or NaN), and dx = 316 · (w·dy − mean(w·dy)). w and b
+    strided), with every third row from row 2 on all zeros. There x − mean = 0 in any order of
+    summation and with any division, the variance 0 and rstd = 1/sqrt(eps) = 316 (a kernel without
+    eps returns inf or NaN), and dx = 316 · (w·dy − mean(w·dy)). (A constant c ≠ 0 is not exact on a
+    GPU: Triton's float32 division is not correctly rounded there, so mean = sum / n can be an ulp
+    off c, which rstd = 316 turns into 316 ulps of c in y: the H100 run of 2026-12-05 failed the
+    reference that way, 1.5e-5 in float32 and 0.05 at c = -1504.) w and b
     standard normal, far from LayerNorm's initial ones and zeros, so a dropped or swapped one is
     off by far more than a rounding. dy standard normal, a row slice 2N + 5 wide when strided, so
     that x and dy have different row strides."""
     rows, n = case.shape
     (x,) = random_tensors(case, generator, device, count=1)
-    x[2::3] = x[2::3, :1].to(torch.bfloat16).to(case.dtype)
+    x[2::3] = 0
     w, b = (torch.randn(n, generator=generator, device=generator.device).to(device, case.dtype) for _ in "wb")
     width = 2 * n + 5 if case.strided else n
     dy = torch.randn((rows, width), generator=generator, device=generator.device).to(device, case.dtype)
