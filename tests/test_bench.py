@@ -25,9 +25,9 @@ GiB = 2**30
 ISSUE = {
     "vector_add": ("autograder.kernels.vector_add", "add", "torch.add", F32, [2**k for k in range(12, 29, 2)],
                    [(2**28, 0.97, 0.95)]),
-    "softmax_float32": ("autograder.kernels.softmax", "softmax", "torch.softmax", F32, [1024, 4096, 16384],
+    "fused_softmax_float32": ("autograder.kernels.fused_softmax", "softmax", "torch.softmax", F32, [1024, 4096, 16384],
                         [(1024, 1.0, None), (4096, 1.0, None), (16384, 1.0, None)]),
-    "softmax_bfloat16": ("autograder.kernels.softmax", "softmax", "torch.softmax", BF16, [1024, 4096, 16384],
+    "fused_softmax_bfloat16": ("autograder.kernels.fused_softmax", "softmax", "torch.softmax", BF16, [1024, 4096, 16384],
                          [(1024, 1.0, None), (4096, 1.0, None), (16384, 1.0, None)]),
     "online_softmax": ("solutions.online_softmax", "softmax_online", "torch.softmax", F32,
                        [2**k for k in range(14, 21)], [(2**20, 1.0, None)]),
@@ -73,8 +73,8 @@ def test_the_sweeps_are_the_issues_with_their_goals():
 def test_the_units_and_ceilings_follow_from_bytes_or_flops():
     units = {name: (s.unit, s.ceiling_name) for name, s in SWEEPS.items()}
     assert units == {
-        "vector_add": ("GB/s", "copy bandwidth"), "softmax_float32": ("GB/s", "copy bandwidth"),
-        "softmax_bfloat16": ("GB/s", "copy bandwidth"), "online_softmax": ("GB/s", "copy bandwidth"),
+        "vector_add": ("GB/s", "copy bandwidth"), "fused_softmax_float32": ("GB/s", "copy bandwidth"),
+        "fused_softmax_bfloat16": ("GB/s", "copy bandwidth"), "online_softmax": ("GB/s", "copy bandwidth"),
         "matmul": ("TFLOP/s", "torch.matmul float16"), "tma_matmul_float16": ("TFLOP/s", "torch.matmul float16"),
         "tma_matmul_bfloat16": ("TFLOP/s", "torch.matmul bfloat16"),
         "flash_attention": ("TFLOP/s", "torch.matmul bfloat16"),
@@ -85,8 +85,8 @@ def test_the_units_and_ceilings_follow_from_bytes_or_flops():
 
 def test_bytes_and_flops_at_the_goal_sizes():
     assert SWEEPS["vector_add"].bytes_moved(2**28) == 3 * GiB  # 1 GiB read twice, written once
-    assert SWEEPS["softmax_float32"].bytes_moved(16384) == 2 * GiB  # a 1 GiB matrix read and written
-    assert SWEEPS["softmax_bfloat16"].bytes_moved(16384) == GiB
+    assert SWEEPS["fused_softmax_float32"].bytes_moved(16384) == 2 * GiB  # a 1 GiB matrix read and written
+    assert SWEEPS["fused_softmax_bfloat16"].bytes_moved(16384) == GiB
     assert SWEEPS["online_softmax"].bytes_moved(2**20) == GiB // 2  # 64×2^20 float32 is 256 MiB
     assert SWEEPS["matmul"].flops(4096) == 2 * 4096**3
     full = 4 * 4 * 32 * 4096**2 * 128  # 4·B·H·S²·D
@@ -196,7 +196,7 @@ def _synthetic_records():
     ours = [4000.0 * min(1.0, n / 2**24) * 0.96 for n in va.sizes]  # 96% of the copy bandwidth at the top
     return [
         _record("vector_add", ours, [o / 0.99 for o in ours]),  # 0.99×, but 96% of the ceiling
-        _record("softmax_float32", [3600.0, 3600.0, 3200.0], [3000.0, 3600.0, 3300.0]),
+        _record("fused_softmax_float32", [3600.0, 3600.0, 3200.0], [3000.0, 3600.0, 3300.0]),
         _record("matmul", None, None, note="skipped: autograder/kernels/matmul.py does not exist yet"),
         _record("flash_attention", [300.0, 420.0, 500.0, 544.0], [320.0, 450.0, 560.0, 640.0]),
         _record("flash_attention_causal", None, None,
@@ -244,9 +244,9 @@ def test_results_md_puts_the_goals_first_then_the_grading_then_each_sweep():
     assert goals == [
         "| sweep | at | goal | measured | of ceiling | verdict |", "|---|---|---|---|---|---|",
         "| vector_add | 2^28 | ≥ 0.97× torch.add, ≥ 95% of copy bandwidth | 0.990× | 96.0% | met |",
-        "| softmax_float32 | 16384×1024 | ≥ 1.00× torch.softmax | 1.200× | – | met |",
-        "| softmax_float32 | 16384×4096 | ≥ 1.00× torch.softmax | 1.000× | – | met |",
-        "| softmax_float32 | 16384×16384 | ≥ 1.00× torch.softmax | 0.970× | – | **missed** by 0.030× (3.0%) |",
+        "| fused_softmax_float32 | 16384×1024 | ≥ 1.00× torch.softmax | 1.200× | – | met |",
+        "| fused_softmax_float32 | 16384×4096 | ≥ 1.00× torch.softmax | 1.000× | – | met |",
+        "| fused_softmax_float32 | 16384×16384 | ≥ 1.00× torch.softmax | 0.970× | – | **missed** by 0.030× (3.0%) |",
         "| matmul | 4096³ | ≥ 0.90× torch.matmul | – | – | skipped: autograder/kernels/matmul.py does not exist yet |",
         "| matmul | 8192³ | ≥ 0.90× torch.matmul | – | – | skipped: autograder/kernels/matmul.py does not exist yet |",
         "| flash_attention | seq 4096 | ≥ 0.80× F.scaled_dot_product_attention | 0.850× | – | met |",
@@ -264,11 +264,11 @@ def test_results_md_tables_each_sweep_with_its_plot():
     lines = run.markdown(ENV, CEILINGS, _synthetic_records(), []).splitlines()
     assert "## Reference solutions graded as submissions" not in lines  # nothing graded
     start = lines.index("## Fused softmax, 16384 rows, float32")
-    assert lines[start + 2] == ("`autograder/kernels/softmax.py` `softmax` against `torch.softmax`, GB/s from the fewest "
+    assert lines[start + 2] == ("`autograder/kernels/fused_softmax.py` `softmax` against `torch.softmax`, GB/s from the fewest "
                                 "bytes a call must move; medians of 3 alternating rounds.")
-    assert lines[start + 4] == "![Fused softmax, 16384 rows, float32](softmax_float32_throughput.png)"
+    assert lines[start + 4] == "![Fused softmax, 16384 rows, float32](fused_softmax_float32_throughput.png)"
     assert lines[start + 6:start + 11] == [
-        "| columns of 16384 rows | Triton softmax (autograder/kernels/softmax.py) | torch.softmax | ratio | of copy bandwidth |",
+        "| columns of 16384 rows | Triton softmax (autograder/kernels/fused_softmax.py) | torch.softmax | ratio | of copy bandwidth |",
         "|---|---|---|---|---|",
         "| 16384×1024 | 3,600 | 3,000 | 1.200× | 90.0% |",
         "| 16384×4096 | 3,600 | 3,600 | 1.000× | 90.0% |",
@@ -288,8 +288,8 @@ def test_results_md_says_when_only_part_ran():
 
 
 def test_progress_lines_give_both_rates_the_ratio_and_the_ceiling_fraction():
-    line = run.point_line(SWEEPS["softmax_bfloat16"], 4096, 3500.0, 2800.0, 4000.0)
-    assert line == ("[softmax_bfloat16] 16384×4096: 3,500 against 2,800 GB/s, 1.250× torch.softmax, "
+    line = run.point_line(SWEEPS["fused_softmax_bfloat16"], 4096, 3500.0, 2800.0, 4000.0)
+    assert line == ("[fused_softmax_bfloat16] 16384×4096: 3,500 against 2,800 GB/s, 1.250× torch.softmax, "
                     "87.5% of copy bandwidth")
     line = run.point_line(SWEEPS["matmul"], 8192, 630.0, 700.0, 700.0)
     assert line == "[matmul] 8192³: 630.0 against 700.0 TFLOP/s, 0.900× torch.matmul, 90.0% of torch.matmul float16"
@@ -335,12 +335,13 @@ def test_only_selects_sweeps_by_name_or_module_and_gradings_by_exercise():
     sweeps, graded = run.select(None)
     assert sweeps == list(SWEEPS.values())
     assert [ex.name for ex in graded] == [ex.name for ex in exercises.EXERCISES.values() if ex.throughput]
-    sweeps, graded = run.select(["softmax"])
-    assert [s.name for s in sweeps] == ["softmax_float32", "softmax_bfloat16"] and graded == []
+    sweeps, graded = run.select(["fused_softmax"])  # one name: the module's sweeps and the declaration's grading
+    assert [s.name for s in sweeps] == ["fused_softmax_float32", "fused_softmax_bfloat16"]
+    assert [ex.name for ex in graded] == ["fused_softmax"]
     sweeps, graded = run.select(["ps1_broadcast_add", "flash_attention_causal"])
     assert [s.name for s in sweeps] == ["flash_attention_causal"] and [ex.name for ex in graded] == ["ps1_broadcast_add"]
-    with pytest.raises(ValueError, match="--only sofmax: no such sweep.*choose from .*softmax_bfloat16"):
-        run.select(["softmax", "sofmax"])
+    with pytest.raises(ValueError, match="--only sofmax: no such sweep.*choose from .*fused_softmax_bfloat16"):
+        run.select(["fused_softmax", "sofmax"])
 
 
 @pytest.mark.parametrize("only", ["sofmax", " , "])
@@ -400,39 +401,39 @@ def fake_gpu(monkeypatch):
 
 
 def test_main_runs_the_chosen_sweeps_printing_each_point_and_saving_as_it_goes(fake_gpu, tmp_path, capsys):
-    from autograder.kernels.softmax import softmax
+    from autograder.kernels.fused_softmax import softmax
 
-    assert run.main(["--out", str(tmp_path), "--only", "softmax,missing_kernel"]) == 1  # an error: exit 1
+    assert run.main(["--out", str(tmp_path), "--only", "fused_softmax_float32,fused_softmax_bfloat16,missing_kernel"]) == 1  # an error: exit 1
     out = capsys.readouterr().out
     assert [c["fn"] for c in fake_gpu] == [softmax, softmax] and fake_gpu[0]["sizes"] == (1024, 4096, 16384)
-    assert fake_gpu[0]["labels"] == ("Triton softmax (autograder/kernels/softmax.py)", "torch.softmax")
-    first, sweep = fake_gpu[0], SWEEPS["softmax_float32"]  # judged as a submission is, against float64
+    assert fake_gpu[0]["labels"] == ("Triton softmax (autograder/kernels/fused_softmax.py)", "torch.softmax")
+    first, sweep = fake_gpu[0], SWEEPS["fused_softmax_float32"]  # judged as a submission is, against float64
     assert first["check"] == sweep.problem and first["reference"] is sweep.reference
     inputs = sweep.make_inputs(1024, "cpu")
     assert first["check"](1024, inputs, torch.softmax(inputs[0], dim=-1)) is None
     assert "16777216 of 16777216 elements differ" in first["check"](1024, inputs, inputs[0])
     progress = [line for line in out.splitlines() if line.startswith("[")]
     assert progress == [
-        "[softmax_float32] Fused softmax, 16384 rows, float32: 3 sizes, 3 rounds each",
-        "[softmax_float32] 16384×1024: 3,000 against 2,900 GB/s, 1.034× torch.softmax, 75.0% of copy bandwidth",
-        "[softmax_float32] 16384×4096: 3,001 against 2,900 GB/s, 1.035× torch.softmax, 75.0% of copy bandwidth",
-        "[softmax_float32] 16384×16384: 3,002 against 2,900 GB/s, 1.035× torch.softmax, 75.0% of copy bandwidth",
-        "[softmax_bfloat16] Fused softmax, 16384 rows, bfloat16: 3 sizes, 3 rounds each",
-        "[softmax_bfloat16] error: AssertionError: at size 1024, Triton softmax disagrees with torch.softmax",
+        "[fused_softmax_float32] Fused softmax, 16384 rows, float32: 3 sizes, 3 rounds each",
+        "[fused_softmax_float32] 16384×1024: 3,000 against 2,900 GB/s, 1.034× torch.softmax, 75.0% of copy bandwidth",
+        "[fused_softmax_float32] 16384×4096: 3,001 against 2,900 GB/s, 1.035× torch.softmax, 75.0% of copy bandwidth",
+        "[fused_softmax_float32] 16384×16384: 3,002 against 2,900 GB/s, 1.035× torch.softmax, 75.0% of copy bandwidth",
+        "[fused_softmax_bfloat16] Fused softmax, 16384 rows, bfloat16: 3 sizes, 3 rounds each",
+        "[fused_softmax_bfloat16] error: AssertionError: at size 1024, Triton softmax disagrees with torch.softmax",
         "[missing_kernel] skipped: solutions/no_such_kernel.py does not exist yet"]
     assert "copy bandwidth (measured): 4,000 GB/s" in out and "torch.matmul bfloat16 (measured): 680 TFLOP/s" in out
-    assert "errors in: softmax_bfloat16" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "results.json",
-                                                          "softmax_float32_throughput.png"]
+    assert "errors in: fused_softmax_bfloat16" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "fused_softmax_float32_throughput.png",
+                                                          "results.json"]
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["only"] == ["softmax", "missing_kernel"] and saved["exercises"] == []
+    assert saved["only"] == ["fused_softmax_float32", "fused_softmax_bfloat16", "missing_kernel"] and saved["exercises"] == []
     assert saved["ceilings"]["torch.matmul float16"] == {"value": 700.0, "unit": "TFLOP/s"}
-    assert [r["name"] for r in saved["sweeps"]] == ["softmax_float32", "softmax_bfloat16", "missing_kernel"]
+    assert [r["name"] for r in saved["sweeps"]] == ["fused_softmax_float32", "fused_softmax_bfloat16", "missing_kernel"]
     assert saved["sweeps"][0]["ours"] == [3000.0, 3001.0, 3002.0] and saved["sweeps"][0]["seconds"] >= 0
     report = (tmp_path / "RESULTS.md").read_text()
-    assert "| softmax_float32 | 16384×16384 | ≥ 1.00× torch.softmax | 1.035× | – | met |" in report
-    assert "| softmax_bfloat16 | 16384×1024 | ≥ 1.00× torch.softmax | – | – | error: AssertionError" in report
-    assert "--only softmax,missing_kernel" in report
+    assert "| fused_softmax_float32 | 16384×16384 | ≥ 1.00× torch.softmax | 1.035× | – | met |" in report
+    assert "| fused_softmax_bfloat16 | 16384×1024 | ≥ 1.00× torch.softmax | – | – | error: AssertionError" in report
+    assert "--only fused_softmax_float32,fused_softmax_bfloat16,missing_kernel" in report
 
 
 def test_main_grades_a_chosen_exercise_and_records_a_grading_that_fails(fake_gpu, tmp_path, monkeypatch, capsys):
@@ -463,7 +464,7 @@ def test_merge_folds_a_partial_run_into_the_full_one(tmp_path):
     run.save(part, {**ENV, "date": "2026-12-24"}, CEILINGS, [new_fa], [UNMEASURED], ["flash_attention"])
     assert run.main(["--out", str(full), "--merge", str(part)]) == 0
     merged = json.loads((full / "results.json").read_text())
-    assert [r["name"] for r in merged["sweeps"]] == ["vector_add", "softmax_float32", "flash_attention"]
+    assert [r["name"] for r in merged["sweeps"]] == ["vector_add", "fused_softmax_float32", "flash_attention"]
     assert merged["sweeps"][2]["ours"][-1] == 600.0 and merged["sweeps"][2]["run"]["date"] == "2026-12-24"
     assert "run" not in merged["sweeps"][0] and merged["environment"] == ENV and merged["only"] is None
     assert [r["exercise"] for r in merged["exercises"]] == ["ps1_vector_add", "ps3_online_softmax"]

@@ -1,12 +1,13 @@
 """The committed student versions (student/, student/zh/) are what nbgrader releases, and run top
 to bottom."""
 import re
+import shutil
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.instructor import student_versions, sync
+from autograder.instructor import student_versions, sync, translation
 from conftest import ROOT, venv_env
 
 ASSIGNMENTS = student_versions.assignments()
@@ -80,3 +81,28 @@ def test_the_student_version_runs_and_only_its_tests_fail(version, monkeypatch):
         assert "not written yet" in printed and "needs a GPU" in printed
     else:  # the check's and the grader's verdicts in the student's language
         assert CJK.search(printed) and "not written yet" not in printed, printed
+
+
+def test_a_release_is_made_once_for_the_same_inputs_and_again_when_one_changes(tmp_path, monkeypatch):
+    made = []
+    monkeypatch.setattr(student_versions, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(student_versions, "_release", lambda a, lang: made.append((a, lang)) or f"{a} {lang} {len(made)}")
+    first = ASSIGNMENTS[0]
+    assert student_versions.released(first, "zh") == student_versions.released(first, "zh") == f"{first} zh 1"
+    assert made == [(first, "zh")]
+    keys = {student_versions.release_key(a, lang) for a, lang in VERSIONS}
+    assert len(keys) == len(VERSIONS)  # each assignment and language its own
+    # a copy of the course whose translation table changes: a new key, so a new release
+    for name in ("nbgrader_config.py", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    shutil.copytree(ROOT / "source" / first, tmp_path / "source" / first)
+    table = tmp_path / translation.ASSIGNMENT_TABLES / f"{first}.yaml"
+    table.parent.mkdir(parents=True)
+    table.write_bytes((ROOT / translation.ASSIGNMENT_TABLES / f"{first}.yaml").read_bytes())
+    monkeypatch.setattr(student_versions, "ROOT", tmp_path)
+    monkeypatch.setattr(student_versions, "SOURCE_DIR", tmp_path / "source")
+    before = student_versions.release_key(first, "zh")
+    assert before in keys  # the same inputs in another folder: the same release
+    table.write_text(table.read_text().replace("习题集", "练习", 1))
+    assert student_versions.release_key(first, "zh") != before
+    assert student_versions.released(first, "zh") == f"{first} zh 2"

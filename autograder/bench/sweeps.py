@@ -5,7 +5,7 @@ A sweep names the kernel's declaration in ``autograder/lesson_kernels/`` (:mod:`
 which gives it everything else: the solution module and function, the PyTorch operation it is
 timed against and checked with (in float64, within the declaration's tolerances, as a student's
 kernel is), and its inputs, made from the :class:`~autograder.spec.Case` the sweep gives for each
-size. A sweep's name is what the results and the prose quote (``softmax_bfloat16``: the variant
+size. A sweep's name is what the results and the prose quote (``fused_softmax_bfloat16``: the variant
 after the kernel when one kernel is swept twice).
 The solution module is imported only when the sweep runs, so a sweep can be declared before its
 kernel is written: :meth:`Sweep.load` then returns None and the benchmark notes the sweep as skipped.
@@ -115,7 +115,7 @@ class Sweep:
 
     @property
     def group(self) -> str:
-        """The solution module's own name (``softmax``): ``--only softmax`` runs all its sweeps."""
+        """The solution module's own name (``fused_softmax``): ``--only fused_softmax`` runs all its sweeps."""
         return self.solution.rsplit(".", 1)[-1]
 
     @property
@@ -177,7 +177,7 @@ def _vector_add() -> Sweep:
 
 def _softmax(dtype: torch.dtype) -> Sweep:
     return Sweep(
-        name=f"softmax_{dtype_name(dtype)}", title=f"Fused softmax, {SOFTMAX_ROWS} rows, {dtype_name(dtype)}",
+        name=f"fused_softmax_{dtype_name(dtype)}", title=f"Fused softmax, {SOFTMAX_ROWS} rows, {dtype_name(dtype)}",
         exercise="fused_softmax", case=lambda n: Case((SOFTMAX_ROWS, n), dtype), sizes=(1024, 4096, 16384),
         size_name=f"columns of {SOFTMAX_ROWS} rows", label=lambda n: f"{SOFTMAX_ROWS}×{n}",
         # one read and one write per element: 16384×16384 float32 moves 2 GiB

@@ -16,6 +16,7 @@ differ from a fresh release (a test runs it).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import subprocess
@@ -24,11 +25,15 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from . import sync as notebook_sync, translation
 from .translation import ASSIGNMENT_TABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "source"
 STUDENT_DIR = ROOT / "student"
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "triton-course" / "releases"
+"""Releases already made, by the digest of everything they are made from: a sync, its check and
+the tests ask for the same twelve releases again and again, at 5 s of nbgrader each."""
 
 
 def assignments() -> list[str]:
@@ -46,8 +51,35 @@ def student_path(assignment: str, language: str = "en") -> Path:
     return STUDENT_DIR.joinpath(*([] if language == "en" else [language]), assignment, f"{assignment}.ipynb")
 
 
+def release_key(assignment: str, language: str) -> str:
+    """A digest of what a release is made from: the assignment's source folder, its translation
+    table, the nbgrader settings, the code that translates and generates cells (the rubric's and
+    badge's sources are in the source notebook too), and the versions of nbgrader and Python."""
+    import nbgrader
+    digest = hashlib.sha256(f"{language} {nbgrader.__version__} {sys.version_info[:2]}".encode())
+    inputs = [*sorted(p for p in (SOURCE_DIR / assignment).rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+              ROOT / ASSIGNMENT_TABLES / f"{assignment}.yaml", ROOT / "nbgrader_config.py", ROOT / "pyproject.toml",
+              Path(translation.__file__), Path(notebook_sync.__file__)]
+    for path in inputs:
+        digest.update(path.name.encode() + b"\0" + (path.read_bytes() if path.exists() else b"(none)"))
+    return digest.hexdigest()
+
+
 def released(assignment: str, language: str = "en") -> str:
-    """The text of the notebook nbgrader releases for ``assignment`` from ``source/``, in ``language``."""
+    """The text of the notebook nbgrader releases for ``assignment`` from ``source/``, in ``language``
+    (from :data:`CACHE_DIR` when the same inputs were released before)."""
+    cached = CACHE_DIR / f"{release_key(assignment, language)}.ipynb"
+    if cached.exists():
+        return cached.read_text()
+    text = _release(assignment, language)
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: no half file
+    partial.write_text(text)
+    partial.replace(cached)
+    return text
+
+
+def _release(assignment: str, language: str) -> str:
     with tempfile.TemporaryDirectory(prefix="student-version-") as tmp:
         course = Path(tmp)
         shutil.copy(ROOT / "nbgrader_config.py", course)

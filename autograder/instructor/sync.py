@@ -145,13 +145,13 @@ def sync(path: Path, write: bool = True) -> list[str]:
     path = Path(path).resolve()
     name = path.relative_to(ROOT)
     nb = nbformat.read(path, as_version=4)
-    changes = _fill_generated(nb, path)
-    if path.parent == ZH_DIR:
+    if path.parent == ZH_DIR:  # made whole from its English notebook: nothing of the old copy is read
         want = translated(ROOT / "notebooks" / path.name)
         _fill_generated(want, path)
-        if [(c.cell_type, c.source) for c in nb.cells] != [(c.cell_type, c.source) for c in want.cells]:
-            changes = [f"{name} (out of step with its English notebook or its translation)"]
-            nb = want
+        changes = [] if nb == want else [f"{name} (out of step with its English notebook or its translation)"]
+        nb = want
+    else:
+        changes = _fill_generated(nb, path)
     if changes and write:
         nbformat.write(nb, path)
     return changes
