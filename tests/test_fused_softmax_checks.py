@@ -80,7 +80,9 @@ def test_online_softmax_without_the_rescale_fails_only_multi_tile_rows():
         _no_rescale_kernel[(x.shape[0],)](out, x, x.shape[1], BLOCK_SIZE=1024)
         return out
 
-    result = check(ONLINE_SOFTMAX, softmax_online, measure_throughput=False, verbose=False)
+    # Without the rescale a multi-tile row is still right when its largest value lies in its first
+    # tile: both rows of 2×5000 do so in about 4% of draws (CI met one). A fixed draw, where they do not.
+    result = check(ONLINE_SOFTMAX, softmax_online, measure_throughput=False, verbose=False, seed=0)
     passed = {c.label: c.passed for c in result.cases}
     assert passed["1×1 float32"] and passed["3×1000 float32"]  # one tile: nothing to rescale
     assert not passed["2×5000 float32"] and not passed["3×9000 float32 strided"]

@@ -196,6 +196,16 @@ def test_feedback_names_the_failing_test_and_hides_hidden_code(cycle):
         assert secret not in html, secret
 
 
+def test_a_class_graded_in_chinese_reads_its_verdicts_in_chinese(cycle):
+    # The guide's "A class in Chinese": TRITON_COURSE_LANG=zh at autograde; bob's mask mistake.
+    course, _ = cycle
+    nbgrader(course, "autograde", PS1, "--student", "bob", "--force", TRITON_COURSE_LANG="zh")
+    nb = nbformat.read(course / "autograded" / "bob" / PS1 / f"{PS1}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") + o.get("evalue", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "分" in printed and "越界" in printed and "points" not in printed, printed[-2000:]
+    assert cell_scores(course, PS1, "bob") == expected_unmasked_points()  # the same points in any language
+
+
 # Mistakes students make, as edits of each reference's answer cell: (what it says, what it
 # says instead). Each fails a set of cases fixed by the mistake, not by the random draw.
 WRONG = {
