@@ -32,6 +32,7 @@ from pathlib import Path
 import nbformat
 
 from .. import exercises, figures
+from ..language import say, speaking
 from .translation import ASSIGNMENT_TABLES, translate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,20 +90,16 @@ def without_markers(code: str) -> str:
 def rubric(exercise_name: str, language: str = "en") -> str:
     ex = exercises.get(exercise_name)
     p, t = ex.points, ex.throughput
-    total = sum(p.values())
-    if language == "zh":
-        return (f"### 评分标准（共 {total:g} 分）\n\n"
-                f"| 部分 | 分数 | 评分方式 |\n|---|---|---|\n"
-                f"| 正确性 | {p['correctness']:g} | 自检运行的那些用例，按通过的比例给分 |\n"
-                f"| 隐藏测试 | {p['hidden']:g} | 在新的随机输入上测试更多尺寸，同样按比例给分 |\n"
-                f"| 吞吐量 | {p['throughput']:g} | 在 GPU 上、{t.case.label} 的输入上，速度至少为 "
-                f"`{t.baseline}` 的 {t.threshold:g} 倍 |")
-    return (f"### Rubric ({total:g} points)\n\n"
-            f"| part | points | how it is graded |\n|---|---|---|\n"
-            f"| correctness | {p['correctness']:g} | the cases your self-check runs, shared out by the fraction passed |\n"
-            f"| hidden tests | {p['hidden']:g} | more sizes on fresh random inputs, shared out the same way |\n"
-            f"| throughput | {p['throughput']:g} | at least {t.threshold:g}× the speed of `{t.baseline}` "
-            f"on a {t.case.label} input, on a GPU |")
+    with speaking(language):
+        return "\n".join([
+            say("### Rubric ({total:g} points)", total=sum(p.values())), "",
+            say("| part | points | how it is graded |"), "|---|---|---|",
+            say("| correctness | {points:g} | the cases your self-check runs, shared out by the fraction passed |",
+                points=p["correctness"]),
+            say("| hidden tests | {points:g} | more sizes on fresh random inputs, shared out the same way |",
+                points=p["hidden"]),
+            say("| throughput | {points:g} | at least {threshold:g}× the speed of `{baseline}` on a {case} input, on a GPU |",
+                points=p["throughput"], threshold=t.threshold, baseline=t.baseline, case=t.case.label)])
 
 
 def test_source(exercise_name: str, part: str) -> str:
