@@ -31,7 +31,7 @@ import torch
 
 from autograder import check
 from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, layer_grads
-from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES
+from autograder.lesson_kernels.rms_norm_backward_dw import DW_TOLERANCES
 from conftest import DEVICE, ROOT, venv_env
 
 STUB_MARK = 'NotImplementedError("write me'  # "write me" or "write me: <what to do>"

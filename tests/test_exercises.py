@@ -32,3 +32,39 @@ def test_declaration_is_complete(name):
         assert not exercise.hidden_cases() and not exercise.points
     if assignment.exists() or name.startswith("lesson"):  # students write it: the answer is the instructor's
         assert exercise.solution.startswith("solutions."), "answers live in solutions/ (autograder.instructor.distribution)"
+
+
+def _declared_by(exercise) -> str:
+    """The module that declares ``exercise``, as ``package.stem``."""
+    return next(m.__name__ for m in map(importlib.import_module, (
+        f"autograder.{p}.{s.stem}" for p in ("assignments", "lesson_exercises", "lesson_kernels")
+        for s in sorted((ROOT / "autograder" / p).glob("[!_]*.py"))))
+        if getattr(m, "EXERCISE", None) is exercise).removeprefix("autograder.")
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_one_name_from_declaration_to_solution(name):
+    """A kernel keeps its name everywhere: ps4_linear_silu is autograder/assignments/ps4_linear_silu.py,
+    solutions/linear_silu.py, source/ps4_linear_silu/ and tests/test_ps4_linear_silu.py; lesson4_log_softmax
+    is lesson_exercises/l04_log_softmax.py and solutions/log_softmax.py; a lesson's kernel
+    fused_softmax is lesson_kernels/fused_softmax.py and kernels/fused_softmax.py (a name may add
+    a suffix: rms_norm_backward_dx is declared in lesson_kernels/rms_norm_backward.py, and both
+    it and rms_norm_backward_dw are solved in kernels/rms_norm_backward.py)."""
+    exercise = EXERCISES[name]
+    package, stem = _declared_by(exercise).split(".")
+    solved_in = exercise.solution.rsplit(".", 1)[-1]
+    if package == "assignments":
+        number, task = name.removeprefix("ps").split("_", 1)
+        assert stem == name and number.isdigit() and solved_in == task
+        assert (ROOT / "source" / name).is_dir() and (ROOT / "tests" / f"test_{name}.py").exists()
+    elif package == "lesson_exercises":
+        number, task = name.removeprefix("lesson").split("_", 1)
+        assert stem == f"l{int(number):02d}_{task}" and solved_in == task
+    else:
+        assert name.startswith(stem) and stem.startswith(solved_in), (stem, solved_in)
+
+
+def test_every_sweep_is_named_for_its_exercise():
+    from autograder.bench.sweeps import SWEEPS
+    for sweep in SWEEPS.values():
+        assert sweep.exercise in EXERCISES and sweep.name.startswith(sweep.exercise), sweep.name

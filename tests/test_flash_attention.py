@@ -12,7 +12,7 @@ import triton.language as tl
 from autograder import check
 from autograder.lesson_kernels.flash_attention import (ATTENTION_TOLERANCES, EXERCISE, AttentionCase,
                                                         attention_flops, attention_inputs)
-from autograder.lesson_exercises.l08_attention import EXERCISE as STEP
+from autograder.lesson_exercises.l08_attention_step import EXERCISE as STEP
 from autograder.kernels.flash_attention import LOG2_E, attention, naive_attention
 
 from conftest import DEVICE

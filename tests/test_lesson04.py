@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from autograder import check
-from autograder.lesson_exercises.l04_fused_softmax import EXERCISE, LARGE_LOGIT
+from autograder.lesson_exercises.l04_log_softmax import EXERCISE, LARGE_LOGIT
 
 from conftest import DEVICE, ROOT
 from kit import assert_not_written, load_stub, notebook_code

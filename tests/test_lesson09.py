@@ -12,9 +12,9 @@ from autograder.kernels import rms_norm_backward as lesson
 from autograder.kernels.rms_norm_backward import (EPS, GROUPS, RMSNorm, RMSNormFunction, naive_rms_norm_layer,
                                                   rms_norm_backward, rms_norm_backward_atomic, rms_norm_dw,
                                                   rms_norm_dx, rms_norm_forward, sum_rows_kernel)
-from autograder.lesson_exercises.l09_backward import EXERCISE as GRAD
+from autograder.lesson_exercises.l09_rms_norm_grad import EXERCISE as GRAD
 from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, EXERCISE as DX
-from autograder.lesson_kernels.rms_norm_dw import DW_TOLERANCES, EXERCISE as DW
+from autograder.lesson_kernels.rms_norm_backward_dw import DW_TOLERANCES, EXERCISE as DW
 
 from solutions import rms_norm_grad as grad_reference
 

@@ -10,14 +10,14 @@ import triton
 
 from autograder import quiz
 from autograder.cross_compile import compile_for, count_ops, shared_buffers
-from autograder.kernels import persistent_matmul as hopper
+from autograder.kernels import tma_matmul as hopper
 from autograder.lesson_kernels.matmul import MATMUL_TOLERANCES
 
 from conftest import DEVICE, ROOT
 from kit import mutant, notebook_code
 
 DEV = DEVICE.device
-SOURCE = ROOT / "autograder" / "kernels" / "persistent_matmul.py"
+SOURCE = ROOT / "autograder" / "kernels" / "tma_matmul.py"
 NOTEBOOK = ROOT / "notebooks" / "11_hopper.ipynb"
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.has_gpu else [])  # no bf16 in the interpreter
 # 33×65×17: ragged on every edge for 32-wide tiles; 300×40×100: 10 tile rows, a short second band

@@ -10,7 +10,7 @@ import triton  # noqa: E402
 
 from autograder import check, language, plots, quiz  # noqa: E402
 from autograder.lesson_kernels.matmul import EXERCISE as MATMUL, MATMUL_TOLERANCES  # noqa: E402
-from autograder.lesson_exercises.l07_matmul import EXERCISE as BMM  # noqa: E402
+from autograder.lesson_exercises.l07_bmm import EXERCISE as BMM  # noqa: E402
 from solutions.bmm import bmm, bmm_kernel  # noqa: E402
 from autograder.kernels.matmul import CONFIGS, launch_order, matmul, matmul_kernel  # noqa: E402
 

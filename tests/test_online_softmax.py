@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from autograder import check
-from autograder.lesson_exercises.l05_online_softmax import EXERCISE
+from autograder.lesson_exercises.l05_combine import EXERCISE
 import solutions.online_softmax as online
 from autograder.kernels.online_softmax import softmax_online_row
 from solutions.combine import combine

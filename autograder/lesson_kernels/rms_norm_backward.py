@@ -1,4 +1,4 @@
-"""Lesson 9's RMSNorm backward: dx here, dw in :mod:`.rms_norm_dw`, both against float64 autograd.
+"""Lesson 9's RMSNorm backward: dx here, dw in :mod:`.rms_norm_backward_dw`, both against float64 autograd.
 
 A case's shape is ``(M, N)``: x and dy are M × N, the weight w has N values. The checked
 functions, ``rms_norm_dx(x, w, dy)`` and ``rms_norm_dw(x, w, dy)``, run the layer's forward

@@ -18,7 +18,7 @@ EXERCISE = Exercise(
     signature="tma_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor",
     reference=torch.matmul,
     make_inputs=matmul_inputs,
-    solution="autograder.kernels.persistent_matmul",
+    solution="autograder.kernels.tma_matmul",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
     # issue 25's goal for lesson 11: cuBLAS's speed
     throughput=Throughput(case=Case((4096, 4096, 4096), _F16), threshold=1.0, baseline="torch.matmul",
