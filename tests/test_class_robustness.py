@@ -242,7 +242,9 @@ def test_the_student_reads_the_cause_in_the_graded_notebook_and_the_feedback(gra
 def test_good_and_noisy_students_pass_with_their_output_left_out(graded):
     course, grades, _, _, _ = graded
     for student in ("ada", "nosy"):  # nosy reached nothing of the course, or it would raise
-        assert grades[student].failing == ["test_throughput"] and grades[student].notes == []
+        assert grades[student].failing == ["test_throughput"]
+    assert grades["ada"].notes == []  # what nosy tried is named for the instructor to read
+    assert len(grades["nosy"].notes) == 1 and "os.kill (processes, threads" in grades["nosy"].notes[0]
     assert grades["raises"].reasons[0].startswith(
         "test_correctness: partial credit; the first failure, 1×1 float32 + (1,): ")
     graded_notebook = course / "autograded" / "nosy" / PS1 / f"{PS1}.ipynb"
@@ -345,6 +347,27 @@ def test_what_the_code_leaves_in_a_session_of_its_own_is_stopped_too(tmp_path):
               "flush=True)\ntime.sleep(300)"
     done = run_sandboxed([sys.executable, "-c", escaped], tmp_path, 3)
     assert_gone(done.output.split()[0])
+
+
+def test_what_the_code_hides_outside_its_session_and_folder_is_stopped_too(tmp_path):
+    """A runner's code double-forks into a session of its own, away from its scratch folder, and
+    forks again: the seccomp filter every runner's process keeps marks them all."""
+    sandbox.become_subreaper()
+    hidden = """import os, time
+from autograder.grading import confine
+confine.drop_privileges()  # as the runner does before the answer cells run
+if os.fork() == 0:
+    os.setsid(); os.chdir("/")
+    if os.fork() == 0:
+        child = os.fork() or os.getpid()
+        if child != os.getpid():
+            print(os.getpid(), child, flush=True)
+        time.sleep(300)
+    os._exit(0)
+time.sleep(300)"""
+    done = run_sandboxed([sys.executable, "-c", hidden], tmp_path, 5)
+    for pid in done.output.split():
+        assert_gone(pid)
 
 
 def assert_gone(pid: str) -> None:

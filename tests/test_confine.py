@@ -1,6 +1,7 @@
-"""Landlock confinement of the grading process: a confined process still imports torch and
-Triton and runs a kernel, and cannot read the course, list it, write outside its scratch
-folder, make files in /dev/shm, connect over TCP, or signal or trace the grader."""
+"""Confinement of the grading process: a confined process still imports torch and Triton and
+runs a kernel, and cannot read the course, list it, write outside its scratch folder, make
+files in /dev/shm, open a terminal or the kernel's log, make a socket of any kind, hold a
+capability, or signal or trace the grader."""
 import time
 import json
 import os
@@ -23,6 +24,7 @@ from autograder.grading import confine
 if device.setup_device(verbose=False).has_gpu:
     device.start_cuda()  # as the grading process does
 abi = confine.confine(Path.cwd())
+confine.drop_privileges()
 import torch, triton, triton.language as tl
 
 @triton.jit
@@ -43,6 +45,11 @@ attempts = {
     "make a file in /dev/shm": lambda: open(f"/dev/shm/planted-{os.getpid()}", "w").close(),
     "read the grader's memory": lambda: open(f"/proc/{os.getppid()}/mem", "rb").close(),
     "connect over TCP": lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close(),
+    "send over UDP": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", port)),
+    "make a Unix socket": lambda: socket.socket(socket.AF_UNIX).close(),
+    "open a new terminal": lambda: os.close(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)),
+    "write the kernel's log": lambda: os.close(os.open("/dev/kmsg", os.O_WRONLY)),
+    "write /dev/null": lambda: open("/dev/null", "w").write("ok"),
     "signal the grader": lambda: os.kill(os.getppid(), 0),
     "read a shared folder": lambda: os.listdir(shared),
     "read the checker": lambda: open(Path(confine.__file__)).read(),
@@ -55,7 +62,8 @@ for name, attempt in attempts.items():
         outcome[name] = "allowed"
     except OSError as error:
         outcome[name] = type(error).__name__
-print(json.dumps({"abi": abi, "doubled": y.tolist(), "outcome": outcome,
+capabilities = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:"))
+print(json.dumps({"abi": abi, "doubled": y.tolist(), "outcome": outcome, "capabilities": int(capabilities, 16),
                   "compiled": sorted(p.name for p in Path(".triton").glob("*/*.cubin"))}))
 '''
 
@@ -82,10 +90,12 @@ def test_a_confined_process_runs_kernels_but_reaches_nothing_of_the_course(tmp_p
     assert result["doubled"] == [2.0 * i for i in range(10)]
     denied = ["read the course", "list the course", "read a solution", "list the checkout",
               "write a shared folder", "make a file in /dev/shm", "read the grader's memory", "read a shared folder"]
-    denied += ["connect over TCP"] if result["abi"] >= 4 else []
+    denied += ["connect over TCP", "send over UDP", "make a Unix socket", "open a new terminal", "write the kernel's log"]
     denied += ["signal the grader"] if result["abi"] >= 6 else []
     assert {k: v for k, v in result["outcome"].items() if k in denied} == dict.fromkeys(denied, "PermissionError")
     assert result["outcome"]["read the checker"] == result["outcome"]["write the scratch folder"] == "allowed"
+    assert result["outcome"]["write /dev/null"] == "allowed"
+    assert result["capabilities"] == 0  # even where the grader runs as root
     assert (tmp_path / "scratch" / "written").read_text() == "ok"
     assert len(result["compiled"]) == DEVICE.has_gpu  # on a GPU, Triton compiled into the scratch folder
 

@@ -179,3 +179,27 @@ def test_set_up_errors_stop_the_run_before_anyone_is_graded(course, graded, monk
     assert f"nbgrader generate_assignment {PS1} --force" in err
     assert f"the package grades {PS1} by another rubric than the released notebook shows" in err
     assert f"| hidden tests | {released + 1:g} |" in err  # as the package would tell students now
+
+
+def test_answer_cells_that_reach_past_the_rules_are_named_for_review(course, graded, capsys):
+    """What the rules inside a student's process rely on, found in the answer cells, is listed
+    for the instructor (the marks stay the judge's); a plain answer gets no note."""
+    notebook = course / "submitted" / "cy" / PS1 / f"{PS1}.ipynb"
+    cells = json.loads(notebook.read_text())
+    answer = next(c for c in cells["cells"] if c["metadata"].get("nbgrader", {}).get("solution"))
+    answer["source"] = ("import torch.utils._python_dispatch as d, ctypes\n"
+                        "def add(x, y):\n    with d._disable_current_modes():\n        return torch.add(x, y)\n")
+    notebook.write_text(json.dumps(cells))
+    assert gc.main([PS1, "--course", str(course)]) == 0
+    notes = {name: r["notes"] for name, r in json.loads((course / "grades" / f"{PS1}.json").read_text()).items()}
+    assert notes["ada"] == notes["bob"] == []
+    assert len(notes["cy"]) == 1 and "ctypes (memory by address)" in notes["cy"][0]
+    assert "_disable_current_modes, _python_dispatch (PyTorch's dispatch internals" in notes["cy"][0]
+    assert "review by hand" in capsys.readouterr().out
+
+
+def test_every_reference_answer_reads_as_nothing_to_review():
+    from autograder.instructor.review import review_notes
+    from conftest import ROOT
+    for name in exercises.ASSIGNMENTS:
+        assert review_notes([ROOT / "source" / name / f"{name}.ipynb"]) == [], name

@@ -457,7 +457,12 @@ def test_the_judge_refuses_malformed_messages():
     for header in ({"tensors": [{"dtype": "object", "size": [1], "stride": [1], "offset": 0, "nbytes": 8}]},
                    {"tensors": [{"dtype": "float32", "size": [4], "stride": [1], "offset": 2, "nbytes": 16}]},
                    {"tensors": [{"dtype": "float32", "size": [-1], "stride": [1], "offset": 0, "nbytes": 4}]},
-                   {"tensors": [{"dtype": "float32", "size": [2**20], "stride": [1], "offset": 0, "nbytes": 2**22}]}):
+                   {"tensors": [{"dtype": "float32", "size": [2**20], "stride": [1], "offset": 0, "nbytes": 2**22}]},
+                   # an empty tensor whose other sizes PyTorch cannot hold, or that claims 2**124 elements
+                   {"tensors": [{"dtype": "float32", "size": [0, 10**30], "stride": [1, 1], "offset": 0, "nbytes": 0}]},
+                   {"tensors": [{"dtype": "float32", "size": [0, 2**62, 2**62], "stride": [1, 1, 1], "offset": 0,
+                                 "nbytes": 0}]},
+                   {"tensors": [{"dtype": "float32", "size": [1] * 17, "stride": [1] * 17, "offset": 0, "nbytes": 4}]}):
         ours, theirs = socket.socketpair()
         body = __import__("json").dumps(header).encode()
         theirs.sendall(len(body).to_bytes(4, "big") + body)

@@ -1,6 +1,7 @@
 """Confine a grading process with Linux's Landlock: it may read the system's and Python's
-files, write only its own scratch folder, open no TCP connection, and neither signal nor
-trace any process outside itself.
+files, write only its own scratch folder, open no device but the harmless ones and the GPU's,
+open no TCP connection, and neither signal nor trace any process outside itself; then
+(:func:`drop_privileges`) make no socket at all and hold no capability, even as root.
 
 Landlock needs no root: a process restricts itself, for good, and everything it starts
 inherits the restriction. :func:`confine` is called by the grading process before the
@@ -16,8 +17,11 @@ TCP rules need ABI 4 (Linux 6.7), signal scoping ABI 6 (6.12). Where it is missi
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
+import glob
 import os
+import platform
 import shutil
 import site
 import sys
@@ -28,6 +32,11 @@ from .. import settings
 READABLE_VAR = settings.READABLE_PATHS.name
 SYSTEM_FOLDERS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/proc", "/sys")
 """Read-only to the grading process: the operating system and its libraries (CUDA's driver among them)."""
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+"""The devices the grading process may read and write, with the GPU's (:data:`GPU_DEVICES`); not a
+terminal (whose ioctls could type into the grader's shell) nor the kernel's log."""
+GPU_DEVICES = "/dev/nvidia*"
+"""The CUDA driver's device files, which it opens and drives by ioctl."""
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 _CREATE_RULESET_VERSION = 1
@@ -144,8 +153,10 @@ def confine(*writable: Path) -> int:
     ruleset = _syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     try:
         rules = [(folder, _READ) for folder in readable_folders()]
-        # devices can be opened for writing (a GPU's), but nothing can be made in /dev (/dev/shm)
-        rules += [(Path("/dev"), _READ | _WRITE_FILE | _TRUNCATE | _IOCTL_DEV), *((w, handled) for w in writable)]
+        # nothing else in /dev can be opened, and nothing can be made there (/dev/shm)
+        rules += [(Path(d), _READ_FILE | _WRITE_FILE) for d in DEVICES]
+        rules += [(Path(d), _READ | _WRITE_FILE | _IOCTL_DEV) for d in sorted(glob.glob(GPU_DEVICES))]
+        rules += [(w, handled) for w in writable]
         for path, rights in rules:
             _allow(ruleset, path, rights & handled)
         if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -171,6 +182,63 @@ def _allow(ruleset: int, path: Path, rights: int) -> None:
         os.close(fd)
 
 
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_ALLOW, _SECCOMP_REFUSE = 0x7FFF0000, 0x00050000 | errno.EACCES
+_BPF_LOAD_WORD, _BPF_JEQ, _BPF_JGE, _BPF_RETURN = 0x20, 0x15, 0x35, 0x06
+_X32_CALLS = 0x40000000
+_NO_SOCKETS = {"x86_64": (0xC000003E, (41, 425)), "aarch64": (0xC00000B7, (198, 425))}
+"""By machine: its audit architecture, and the numbers of ``socket`` and of ``io_uring_setup``
+(an io_uring request can open a socket too)."""
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _no_sockets_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """A seccomp program refusing (EACCES) ``socket``, ``io_uring_setup`` and every call of a
+    foreign ABI (32-bit calls from a 64-bit process, x32's); allowing the rest."""
+    arch, numbers = _NO_SOCKETS[machine]
+    checks = ([(_BPF_JGE, _X32_CALLS)] if machine == "x86_64" else []) + [(_BPF_JEQ, n) for n in numbers]
+    program = [(_BPF_LOAD_WORD, 0, 0, 4), (_BPF_JEQ, 1, 0, arch), (_BPF_RETURN, 0, 0, _SECCOMP_REFUSE),
+               (_BPF_LOAD_WORD, 0, 0, 0)]
+    for i, (op, value) in enumerate(checks):
+        program.append((op, len(checks) - i, 0, value))  # to the refusal after the allow below
+    return program + [(_BPF_RETURN, 0, 0, _SECCOMP_ALLOW), (_BPF_RETURN, 0, 0, _SECCOMP_REFUSE)]
+
+
+def drop_privileges() -> None:
+    """For good, for this process and all it starts: no new socket (the judge's channel is
+    inherited; a new one could reach a local service or send data off the machine, over UDP or a
+    Unix socket, which Landlock does not cover) and no capability (root's would let the code
+    type into any terminal or bypass file permissions). Sockets stay allowed only on a machine
+    other than x86-64 and ARM64, or a kernel without seccomp."""
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    for capability in range(64):  # the bounding set: what an exec could give back
+        if _libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break  # past the last capability this kernel knows (EPERM: not root, holds none to drop)
+    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header, data = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0), (ctypes.c_uint32 * 6)()
+    if _libc.capset(header, data) != 0:
+        raise ConfinementError(ctypes.get_errno(), "capset failed: the grading process kept its capabilities")
+    machine = platform.machine()
+    if machine not in _NO_SOCKETS:
+        return
+    program = (_SockFilter * len(_no_sockets_filter(machine)))(*_no_sockets_filter(machine))
+    prog = _SockFprog(len(program), program)
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        error = ctypes.get_errno()
+        if error != errno.EINVAL:  # EINVAL: a kernel without seccomp filters
+            raise ConfinementError(error, f"seccomp: {os.strerror(error)}")
+
+
 def summary() -> str:
     """One line for the instructor: how the student's code is confined on this machine."""
     version = abi()
@@ -180,6 +248,6 @@ def summary() -> str:
                 f"with {settings.GRADING_USER.name}=nobody, or on a kernel with Landlock.")
     limits = ["reads only the system's, Python's, the compiler's and loaded libraries' folders",
               "writes only its scratch folder and Triton cache"]
-    limits += ["opens no TCP connection"] if version >= 4 else []
+    limits += ["opens no terminal or device but the GPU's", "makes no socket", "holds no capability"]
     limits += ["cannot signal the grader"] if version >= 6 else []
     return f"Student code is confined by Landlock (ABI {version}): it " + ", ".join(limits) + "."

@@ -12,6 +12,8 @@ import torch
 from ..language import say
 
 MAX_HEADER_BYTES = 1 << 20
+MAX_LAYOUT_VALUE, MAX_DIMS = 1 << 48, 16
+"""The largest size, stride, offset or byte count a tensor description may hold, and its most dimensions."""
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool)}
@@ -75,8 +77,8 @@ def _layout(meta) -> int:
     if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
         raise ProtocolError(say("a tensor description that is not allowed: {description}", description=str(meta)[:200]))
     size, stride, offset, nbytes = (meta.get(k) for k in ("size", "stride", "offset", "nbytes"))
-    if not (isinstance(size, list) and isinstance(stride, list) and len(size) == len(stride)
-            and all(type(n) is int and n >= 0 for n in [*size, *stride, offset, nbytes])):
+    if not (isinstance(size, list) and isinstance(stride, list) and len(size) == len(stride) <= MAX_DIMS
+            and all(type(n) is int and 0 <= n < MAX_LAYOUT_VALUE for n in [*size, *stride, offset, nbytes])):
         raise ProtocolError(say("a tensor layout that is not allowed: {description}", description=str(meta)[:200]))
     itemsize = DTYPES[meta["dtype"]].itemsize
     last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else -1
@@ -87,7 +89,11 @@ def _layout(meta) -> int:
 
 def _tensor(meta: dict, data: bytearray, device: str) -> torch.Tensor:
     flat = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-    return flat.to(device).view(DTYPES[meta["dtype"]]).as_strided(meta["size"], meta["stride"], meta["offset"])
+    try:
+        return flat.to(device).view(DTYPES[meta["dtype"]]).as_strided(meta["size"], meta["stride"], meta["offset"])
+    except (RuntimeError, ValueError, TypeError, OverflowError) as error:  # a layout PyTorch refuses
+        raise ProtocolError(say("a tensor layout that is not allowed: {description}",
+                                description=f"{str(meta)[:200]} ({type(error).__name__})")) from None
 
 
 def _read(sock: socket.socket, n: int, deadline: float) -> bytes:

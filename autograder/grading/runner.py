@@ -161,6 +161,7 @@ def main(argv=None) -> int:
     cache = os.environ.get("TRITON_CACHE_DIR")  # this student's own (judge.compile_cache)
     try:
         confine.confine(Path.cwd(), *([Path(cache)] if cache else []))  # before anything of the student's is read
+        confine.drop_privileges()
     except confine.ConfinementError as error:
         protocol.send(channel, {"error": say("grading could not confine your code ({error}), so none of it ran: "
                                              "tell your instructor.", error=error)})

@@ -98,9 +98,13 @@ def close_to_others(*paths: Path) -> None:
     """Take every permission of "others" off ``paths`` (folders recursively), so that the
     grading user cannot read them."""
     for top in paths:
-        for path in [top, *(top.rglob("*") if top.is_dir() else [])]:
-            if path.exists() and not path.is_symlink():
-                path.chmod(path.stat().st_mode & ~0o007)
+        found = [top] + [Path(folder, name) for folder, dirs, files in os.walk(top) for name in dirs + files]
+        for path in found:  # a worker's copy of the course may come or go meanwhile
+            try:
+                if not path.is_symlink():
+                    path.chmod(path.stat().st_mode & ~0o007)
+            except FileNotFoundError:
+                pass
 
 
 def _as_grading_user(*given: Path) -> dict:
@@ -204,25 +208,59 @@ _started: set[int] = set()
 _scratch: set[Path] = set()
 
 
-def reap_orphans() -> None:
-    """Kill our children that a student's code left behind: processes reparented to us (see
-    :func:`become_subreaper`) whose session was a :class:`Sandboxed` one, or that started a
-    session of their own in a sandbox's scratch folder. Nothing else of ours is touched."""
-    me = os.getpid()
+def _seccomp_filters(pid: int | str) -> int:
+    """How many seccomp filters a process runs under: a runner adds one
+    (:func:`.confine.drop_privileges`) that it and all it starts keep for good."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    counts = [int(line.split()[1]) for line in status.splitlines() if line.startswith("Seccomp_filters:")]
+    return counts[0] if counts else 0
+
+
+def _tasks() -> dict[int, tuple[int, bool]]:
+    """Every process: its parent, and whether a student's code left it (see :func:`reap_orphans`)."""
+    mine, tasks = _seccomp_filters("self"), {}
     for task in Path("/proc").glob("[0-9]*"):
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            cwd = Path(os.readlink(task / "cwd"))
+            cwd = None if fields[0] == "Z" else Path(os.readlink(task / "cwd"))  # a zombie has none
         except (OSError, IndexError):
             continue
-        pid, parent, session = int(task.name), int(fields[1]), int(fields[3])
-        left_behind = session in _started or any(cwd == f or f in cwd.parents for f in _scratch)
-        if parent == me and pid not in _live and left_behind:
-            _signal_group(pid, signal.SIGKILL, group=False)
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        in_scratch = cwd is not None and any(cwd == f or f in cwd.parents for f in _scratch)
+        left_behind = int(fields[3]) in _started or in_scratch or _seccomp_filters(task.name) > mine
+        tasks[int(task.name)] = (int(fields[1]), left_behind)
+    return tasks
+
+
+_REAP_ROUNDS = 50
+
+
+def reap_orphans() -> None:
+    """Kill what a student's code left behind, and all it started: processes reparented to us
+    (see :func:`become_subreaper`) that run under a runner's seccomp filter, or whose session was
+    a :class:`Sandboxed` one, or that work in a sandbox's scratch folder. They are stopped first,
+    tree by tree, until no new one appears (a stopped process forks no more), then killed.
+    Nothing else of ours is touched."""
+    me, stopped = os.getpid(), set()
+    for _ in range(_REAP_ROUNDS):
+        tasks = _tasks()
+        doomed = {pid for pid, (parent, left) in tasks.items() if parent == me and pid not in _live and left}
+        while grown := {pid for pid, (parent, _) in tasks.items() if parent in doomed} - doomed:
+            doomed |= grown
+        if not doomed - stopped:
+            break
+        for pid in doomed - stopped:
+            _signal_group(pid, signal.SIGSTOP, group=False)
+        stopped |= doomed
+    for pid in stopped:
+        _signal_group(pid, signal.SIGKILL, group=False)
+    for pid in stopped:  # ours, or ours once its parent is gone (we are their subreaper)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def ran_out_of_memory(text: str) -> bool:

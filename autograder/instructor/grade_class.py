@@ -34,6 +34,7 @@ from nbgrader.api import Gradebook, MissingEntry
 import solutions
 
 from . import grade_workers
+from .review import review_notes
 from ..report import case_mark
 from ..grading import confine, sandbox
 from ..grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
@@ -59,7 +60,8 @@ class StudentGrade:
     reasons: list[str] = field(default_factory=list)
     """One line per failing cell (or per failure to grade at all)."""
     notes: list[str] = field(default_factory=list)
-    """One line per locked cell the student changed, and whether the released one was graded."""
+    """One line per locked cell the student changed, and whether the released one was graded;
+    one naming what in the answer cells to review by hand (:mod:`.review`)."""
     graded: bool = True
     """False when nbgrader could not grade the notebook at all (``reasons`` says why)."""
     seconds: float = 0.0
@@ -97,9 +99,9 @@ def save(course: Path, assignment: str, grades: dict[str, StudentGrade]) -> None
     folder.mkdir(exist_ok=True)
     records = {name: dataclasses.asdict(g) for name, g in sorted(grades.items())}
     _replace(folder / f"{assignment}.json", json.dumps(records, indent=1, ensure_ascii=False))
-    rows = [["student", "score", "max_score", "graded", "seconds", "failing", "reasons"]]
+    rows = [["student", "score", "max_score", "graded", "seconds", "failing", "reasons", "notes"]]
     rows += [[g.student, f"{g.score:g}", f"{g.max_score:g}", g.graded, f"{g.seconds:.1f}", " ".join(g.failing),
-              " | ".join(g.reasons)] for g in (grades[n] for n in sorted(grades))]
+              " | ".join(g.reasons), " | ".join(g.notes)] for g in (grades[n] for n in sorted(grades))]
     _replace(folder / f"{assignment}.csv", rows)
 
 
@@ -254,7 +256,8 @@ def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -
         if result.problem is not None:
             grade.failing, grade.reasons = ["(whole notebook)"], [result.problem]
             return grade
-        grade.notes = locked_cell_notes(course, assignment, result.student)
+        grade.notes = locked_cell_notes(course, assignment, result.student) + review_notes(
+            sorted((course / "submitted" / result.student / assignment).glob("*.ipynb")))
         for nb in submission.notebooks:
             path = course / "autograded" / result.student / assignment / f"{nb.name}.ipynb"
             notebook = json.loads(path.read_text()) if path.exists() else {}

@@ -1,0 +1,47 @@
+"""Answer cells an instructor should read: the course's rules on *how* an output is made (a
+Triton kernel computed it, no PyTorch op did) run inside the student's own process, so code
+that switches them off earns marks for correct outputs made any way. The judge's marks stay
+as they are; :func:`review_notes` names what in the answer cells reaches for such a switch,
+for ``grade_class``'s table and saved results. A name found is a reason to look, not proof:
+an honest answer may use one, and a determined one may spell it so it is not found."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+REACHES = (
+    (r"\bctypes\b|\bcffi\b|\bmmap\b", "memory by address"),
+    (r"_python_dispatch|_disable_current_modes|Dispatch(Mode|Key)|TorchFunctionMode|__torch_(function|dispatch)__"
+     r"|torch\._C\b|torch\.ops\b|\baten\b", "PyTorch's dispatch internals, which record the ops it calls"),
+    (r"\bautograder\b|\bsolutions\b|\bnbgrader\b", "the course's own grading code"),
+    (r"\b(subprocess|multiprocessing|threading|signal|socket|asyncio)\b|os\.(fork|system|exec|spawn|kill)",
+     "processes, threads, signals or sockets"),
+    (r"\b(exec|eval|compile|__import__|getattr|setattr|globals|vars)\s*\(|\bimportlib\b|\bbuiltins\b",
+     "code or names built at run time"),
+    (r"sys\.(argv|modules|_getframe|settrace|setprofile)|/proc/|\bgc\.|\binspect\b|__code__|__globals__",
+     "the process's internals"),
+    (r"\b(fcntl|termios|pty|tty)\b|/dev/", "terminals and devices"),
+    (r"\.numpy\(|__array__|\.tolist\(|\bnumpy\b", "data taken to the host (NumPy, .tolist())"),
+)
+"""(pattern, what it reaches for): what the rules inside the student's process watch or rely on."""
+
+
+def answer_cells(notebook: Path) -> str:
+    """The text of a notebook's answer cells (nbgrader's solution cells), read as JSON."""
+    cells = json.loads(notebook.read_text()).get("cells", [])
+    return "\n".join("".join(c["source"]) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                     for c in cells if c.get("cell_type") == "code"
+                     and c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+
+
+def review_notes(notebooks: list[Path]) -> list[str]:
+    """One note naming what the answer cells reach for, e.g. ``review by hand: ctypes (memory
+    by address)``; none when they reach for nothing listed in :data:`REACHES`."""
+    text = "\n".join(answer_cells(path) for path in notebooks)
+    found = []
+    for pattern, what in REACHES:
+        names = sorted({m.group(0).strip("(").strip() for m in re.finditer(pattern, text)})
+        if names:
+            found.append(f"{', '.join(names)} ({what})")
+    return ["review by hand, the answer cells use: " + "; ".join(found)] if found else []
