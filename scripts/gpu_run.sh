@@ -5,9 +5,10 @@
 #   bash scripts/gpu_run.sh tests [PYTEST ARGS]       the GPU tests and notebooks (default: all)
 #   bash scripts/gpu_run.sh class [PYTEST ARGS]       classes graded by grade_class (tests/test_class_on_gpu.py)
 #   bash scripts/gpu_run.sh traffic                   the trace's byte counts against the card's times
+#   bash scripts/gpu_run.sh profile NAME...           one student's grading, step by step (scripts/profile_grading.py)
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic [args]"}; shift
+stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile [args]"}; shift
 out=${OUT:-results/gpu}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then  # once per machine: later stages reuse /tmp/site
@@ -39,5 +40,6 @@ case $stage in
            -p no:warnings tests/test_class_on_gpu.py "$@" 2>&1 | tee "$out/pytest-class.log" ;;
   traffic) COURSE_TRAFFIC_RESULTS="$out/traffic-vs-time.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
            -p no:warnings tests/test_traffic_on_gpu.py "$@" 2>&1 | tee "$out/pytest-traffic.log" ;;
-  *) echo "unknown stage $stage: use bench, tests, class or traffic" >&2; exit 2 ;;
+  profile) for name in "$@"; do python3 scripts/profile_grading.py "$name"; done 2>&1 | tee "$out/profile.log" ;;
+  *) echo "unknown stage $stage: use bench, tests, class, traffic or profile" >&2; exit 2 ;;
 esac

@@ -128,7 +128,7 @@ def test_the_summary_names_what_is_confined():
 
 
 def test_when_confinement_fails_none_of_the_students_code_runs(monkeypatch, tmp_path):
-    def refuse(writable):
+    def refuse(*writable):
         raise confine.ConfinementError(22, "Landlock system call 445: Invalid argument")
 
     monkeypatch.setattr(confine, "confine", refuse)

@@ -2,6 +2,7 @@
 checker in its own process, the verdict is the judge's. Each attack below earned marks when
 checker and student code shared one process (issue 18); each must now earn what a kernel
 that does nothing earns."""
+import re
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
 from autograder.instructor.sync import solution_section
-from conftest import DEVICE
+from conftest import DEVICE, ROOT
 
 SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom autograder import check, grade, setup_device\ndevice = setup_device()"
 ZEROS = '''
@@ -614,3 +615,14 @@ def test_the_judges_weighted_sums_see_a_skipped_block_and_depend_on_the_key():
     skipped[4096:4096 + 512] = 0  # or zeros: off by far more than float32's tolerance allows
     assert abs(_totals(_launch_sums(skipped, key=7))[0] - plain) > 10 * 2 * (1.5e-5 * 10_000 + 1.3e-6 * plain_abs)
     assert _totals(_launch_sums(out, key=8))[0] != plain  # a runner cannot know the weights
+
+
+def test_the_grading_profile_times_each_step_of_a_reference():
+    """scripts/profile_grading.py, which NOTES.md's per-student times come from."""
+    done = subprocess.run([sys.executable, "scripts/profile_grading.py", "ps1_broadcast_add"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = re.findall(r"(visible cases|hidden cases|visible cases and throughput) [\d.]+ s, (\d+)/(\d+) passed",
+                       done.stdout)
+    assert [s[0] for s in steps] == ["visible cases", "hidden cases", "visible cases and throughput"]
+    assert all(passed == total != "0" for _, passed, total in steps), done.stdout

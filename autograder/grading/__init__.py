@@ -25,8 +25,9 @@ The threat model, in one place (the instructor guide says the same in prose):
   spirit of the exercise, not the verdict on the output's values or speed.
 - **Around the runner** (:mod:`.sandbox`, :mod:`.confine`): a scratch folder, a scrubbed
   environment, a memory cap, Landlock (no reading the course, the gradebook or other
-  submissions; no TCP; no signals outside itself), optionally an unprivileged user; whatever
-  it leaves running is killed when it ends.
+  submissions; no terminal or device but the GPU's; no signals outside itself), no capability
+  and no new socket (seccomp), optionally an unprivileged user; whatever it leaves running, in
+  any session or folder, is killed when it ends.
 
 ``grade`` (in :mod:`autograder.check`) is the one entry point the notebooks call; the
 student's own ``check`` stays in their process and is a self-check, not a verdict.
