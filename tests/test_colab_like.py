@@ -153,6 +153,9 @@ def test_has_the_package_and_no_course_extras(colab):
     where, extras = json.loads(run([PYTHON, "-c", probe], cwd=colab, env=colab_env(colab)))
     assert Path(where).is_relative_to(VENV), f"autograder imported from {where}, not the installed package"
     assert extras == [], f"the Colab-like env has {extras}: the install pulled an extra"
+    speaks = "from autograder.language import say, set_language; set_language('zh'); print(say('no cases were run.'))"
+    assert run([PYTHON, "-c", speaks], cwd=colab, env=colab_env(colab)).strip() == "没有运行任何用例。", \
+        "the installed package lacks its message catalogue (package-data)"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
