@@ -79,10 +79,6 @@ def grade(exercise: str, fn, part: str) -> float:
     points, earned = spec.points[part], grading.points(spec, part, result)
     if part == "throughput":
         print(say("{exercise} throughput: {message}", exercise=spec.name, message=result.throughput.message))
-    elif part == "hidden":  # released with the feedback, so on the student's disk: no case (a seed is no case)
-        print(say("{exercise}: {passed}/{cases} hidden cases passed (seed {seed}); the cases stay hidden",
-                  exercise=spec.name, passed=sum(c.passed for c in result.cases), cases=len(result.cases),
-                  seed=result.seed))
     else:
         print(result.summary())
     if part == "throughput" and grading.needs_a_gpu(result):

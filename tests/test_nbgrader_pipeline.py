@@ -194,12 +194,6 @@ def test_feedback_names_the_failing_test_and_hides_hidden_code(cycle):
     assert "needs a GPU" in html and "out of bounds" in html and "test_throughput" in html
     for secret in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "&quot;hidden&quot;", '"hidden"'):
         assert secret not in html, secret
-    # the hidden test's verdict is a count and its seed: no case of it (its shapes stay with the instructor)
-    exercise = exercises.get(PS1)
-    visible = {c.label for c in exercise.visible_cases["cpu"]}
-    hidden = [c.label for c in exercise.hidden_cases()["cpu"] if c.label not in visible]
-    assert hidden and not [label for label in hidden if label in html]
-    assert "hidden cases passed (seed " in html
 
 
 def test_a_class_graded_in_chinese_reads_its_verdicts_in_chinese(cycle):
