@@ -76,6 +76,7 @@ def grade(exercise: str, fn, part: str) -> float:
         result = grading.grade_notebook(spec, cases=cases, measure_throughput=part == "throughput")
     else:
         result = check(spec, fn, cases=cases, measure_throughput=part == "throughput", verbose=False)
+    result.hidden = part == "hidden"  # its cases are counted, never shown: the feedback reaches the student
     points, earned = spec.points[part], grading.points(spec, part, result)
     if part == "throughput":
         print(say("{exercise} throughput: {message}", exercise=spec.name, message=result.throughput.message))

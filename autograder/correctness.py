@@ -7,6 +7,7 @@ import re
 import traceback
 import unicodedata
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -21,6 +22,36 @@ SHOWN_MISMATCHES = 5
 _CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
                          r"|device-side assert|illegal instruction", re.IGNORECASE)
 """CUDA errors after which the process's CUDA context is unusable: every later call fails."""
+
+
+class Problem(NamedTuple):
+    """Why a case failed: the message a student reads in their own check and the visible tests,
+    and its kind, all that a verdict on hidden cases says of it (:func:`brief`)."""
+
+    message: str
+    kind: str
+
+
+def brief(kind: str, function: str) -> str:
+    """The judge's own sentence for a kind of failure: nothing of the case's inputs and nothing
+    the student's code wrote. A kind it does not know (a runner may send anything) reads as
+    ``raised``."""
+    sentences = {
+        "shape": lambda: say("the output's shape is not the shape of PyTorch's result."),
+        "dtype": lambda: say("the output's dtype is not the inputs' dtype."),
+        "values": lambda: say("elements differ from PyTorch's result by more than the tolerance."),
+        "signature": lambda: say("`{function}` cannot be called with the exercise's arguments.", function=function),
+        "not_written": lambda: say("`{function}` is not written yet (it raised NotImplementedError).",
+                                   function=function),
+        "compile": lambda: say("Triton could not compile your kernel."),
+        "out_of_bounds": lambda: say("your kernel accessed memory outside the tensors: a missing or wrong mask?"),
+        "race": lambda: say("your kernel has a race: programs wrote the same elements."),
+        "cuda_fault": lambda: say("your kernel faulted on the GPU, most often from an address outside every tensor."),
+        "time": lambda: say("`{function}` did not finish within the time limit of one call.", function=function),
+        "rule": lambda: say("`{function}` broke one of the exercise's rules on how an output is made.",
+                            function=function),
+    }
+    return sentences.get(kind, lambda: say("`{function}` raised an exception.", function=function))()
 
 
 def not_run_after_fault() -> str:
@@ -48,18 +79,27 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
     them (in this process, :class:`InProcess`, or in a runner, :mod:`autograder.grading`) and
     judge what comes back against the reference. ``call`` returns ``(outputs, problem)``, the
     outputs those of :meth:`~autograder.spec.Exercise.call`;
-    after a problem that ends the process (``call.ended``), the remaining cases are not run."""
+    ``problem`` a :class:`Problem`; after a problem that ends the process (``call.ended``, in brief
+    ``call.ended_brief``), the remaining cases are not run. Every failure also gets its brief
+    (:attr:`CaseResult.brief`)."""
     results, ended = [], None
     for i, case in enumerate(cases):
         if ended:
-            results.append(CaseResult(case.label, False, ended))
+            results.append(CaseResult(case.label, False, *ended))
             continue
         inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed + i), device)
         outs, problem = call(inputs, case.label)
         if problem is None:
             problem = judge_output(exercise, case, inputs, outs)
-        results.append(CaseResult(case.label, problem is None, problem or ""))
-        ended = call.ended or (not_run_after_fault() if problem and is_cuda_fault(problem) else None)
+        if problem is None:
+            results.append(CaseResult(case.label, True))
+            continue
+        said = call.ended_brief if call.ended else brief(problem.kind, exercise.function)
+        results.append(CaseResult(case.label, False, problem.message, said))
+        if call.ended:
+            ended = (call.ended, call.ended_brief)
+        elif problem.kind == "cuda_fault":
+            ended = (not_run_after_fault(),) * 2
     return results
 
 
@@ -72,7 +112,7 @@ class InProcess:
     """Calls the student's function in this process: the self-check's way, best effort (the
     function could change anything here, the checker included)."""
 
-    ended = None
+    ended = ended_brief = None
     """Never set: a crash here ends the notebook's kernel, not one case."""
     stray: OutOfBoundsAccess | None = None
     """The first out-of-bounds access a case made, with its launch (``check`` draws its trace)."""
@@ -107,14 +147,14 @@ def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor
 
 
 def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, earlier: list,
-                 zones: GuardZones | None = None, all_threads: bool = False) -> tuple[tuple | None, str | None]:
+                 zones: GuardZones | None = None, all_threads: bool = False) -> tuple[tuple | None, Problem | None]:
     """Call ``fn`` on ``given`` (the case ``label``) under the course's rules, its backward too
     for an exercise with gradients (:meth:`~autograder.spec.Exercise.call`): ``(outputs, None)``,
     or ``(None, why not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
     outputs of earlier calls (a reused buffer is refused); ``all_threads``: see
     :func:`~autograder.guards.watch`."""
     if (problem := signature_problem(exercise, fn, exercise.arguments(given))) is not None:
-        return None, problem
+        return None, Problem(problem, "signature")
     before = [t.clone() for t in _tensors(given)]
     what = say("`{function}` on {label}", function=exercise.function, label=label)  # for the time limit's message
     try:
@@ -125,18 +165,19 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
         return None, explain_exception(exercise, error)
-    problem = (integrity_problem(exercise, record)
-               or (zones.damage() if zones is not None else None)
-               or _changed_inputs(before, _tensors(given))
-               or next(filter(None, (_not_a_fresh_tensor(exercise, name, out, given, earlier)
-                                     for name, out in zip(exercise.outputs, outs))), None))
-    if problem:
-        return None, problem
+    checks = ((lambda: integrity_problem(exercise, record), "rule"),
+              (lambda: zones.damage() if zones is not None else None, "out_of_bounds"),
+              (lambda: _changed_inputs(before, _tensors(given)), "rule"),
+              (lambda: next(filter(None, (_not_a_fresh_tensor(exercise, name, out, given, earlier)
+                                          for name, out in zip(exercise.outputs, outs))), None), "rule"))
+    for find, kind in checks:
+        if problem := find():
+            return None, Problem(problem, kind)
     earlier.extend(outs)
     return outs, None
 
 
-def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> str | None:
+def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem | None:
     """Why ``outs`` (one tensor for each of ``exercise.outputs``) are not the exercise's answer for
     ``inputs``, or None: their shapes, dtypes and values against the float64 reference."""
     expected = _reference(exercise, inputs)
@@ -144,13 +185,17 @@ def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> str | N
     for name, out, want in zip(exercise.outputs, outs, expected):
         if tuple(out.shape) != tuple(want.shape):
             shapes = dict(name=name, got=tuple(out.shape), want=tuple(want.shape))
-            return (say("{name} shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes) if several
-                    else say("output shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes))
+            return Problem(say("{name} shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes)
+                           if several else
+                           say("output shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes),
+                           "shape")
         if out.dtype != case.dtype:
             dtypes = dict(name=name, got=out.dtype, want=case.dtype)
-            return (say("{name} dtype is {got}, expected {want} (the inputs' dtype).", **dtypes) if several
-                    else say("output dtype is {got}, expected {want} (the inputs' dtype).", **dtypes))
-    return compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
+            return Problem(say("{name} dtype is {got}, expected {want} (the inputs' dtype).", **dtypes) if several
+                           else say("output dtype is {got}, expected {want} (the inputs' dtype).", **dtypes),
+                           "dtype")
+    differ = compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
+    return Problem(differ, "values") if differ else None
 
 
 def compare_outputs(exercise: Exercise, dtype: torch.dtype, outs, expected, inputs=None) -> str | None:
@@ -283,28 +328,31 @@ def _right(text: str, width: int) -> str:
     return text.rjust(width - sum(unicodedata.east_asian_width(c) in "WF" for c in text))
 
 
-def explain_exception(exercise: Exercise, error: BaseException) -> str:
+def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
     """One line saying what probably went wrong, above the traceback of the student's code."""
     cause = error.__cause__ or error
+    if isinstance(cause, KernelTimeout):
+        return Problem(str(cause), "time")
+    if isinstance(cause, OutOfBoundsAccess):
+        return Problem(say("your kernel accessed memory out of bounds: {cause}", cause=cause), "out_of_bounds")
+    if isinstance(cause, DataRace):
+        return Problem("\n".join([say("your kernel has a race: {cause}", cause=cause), *kernel_line(cause.__traceback__)]),
+                       "race")
     if isinstance(cause, NotImplementedError):
-        headline = say("`{function}` is not written yet (it raised NotImplementedError).", function=exercise.function)
-    elif isinstance(cause, KernelTimeout):
-        return str(cause)
-    elif isinstance(cause, OutOfBoundsAccess):
-        return say("your kernel accessed memory out of bounds: {cause}", cause=cause)
-    elif isinstance(cause, DataRace):
-        return "\n".join([say("your kernel has a race: {cause}", cause=cause), *kernel_line(cause.__traceback__)])
+        kind, headline = "not_written", say("`{function}` is not written yet (it raised NotImplementedError).",
+                                            function=exercise.function)
     elif is_cuda_fault(str(cause)):
-        headline = say("your kernel faulted on the GPU ({fault}), most often from an address outside every tensor: "
-                       "a missing mask or a wrong offset. Run it with TRITON_INTERPRET=1 and the course's check names "
-                       "the bad access. The fault leaves this process's CUDA context unusable: restart the kernel "
-                       "(Kernel > Restart) after fixing it.", fault=_CUDA_FAULT.search(str(cause)).group(0))
+        kind, headline = "cuda_fault", say(
+            "your kernel faulted on the GPU ({fault}), most often from an address outside every tensor: "
+            "a missing mask or a wrong offset. Run it with TRITON_INTERPRET=1 and the course's check names "
+            "the bad access. The fault leaves this process's CUDA context unusable: restart the kernel "
+            "(Kernel > Restart) after fixing it.", fault=_CUDA_FAULT.search(str(cause)).group(0))
     elif type(error).__name__ == "CompilationError":
-        headline = say("Triton could not compile your kernel; the first lines below say where.")
+        kind, headline = "compile", say("Triton could not compile your kernel; the first lines below say where.")
     else:
-        headline = say("`{function}` raised {error}: {cause}", function=exercise.function, error=type(cause).__name__,
-                       cause=cause).splitlines()[0]
-    return headline + "\n" + _student_traceback(error)
+        kind, headline = "raised", say("`{function}` raised {error}: {cause}", function=exercise.function,
+                                       error=type(cause).__name__, cause=cause).splitlines()[0]
+    return Problem(headline + "\n" + _student_traceback(error), kind)
 
 
 def _student_traceback(error: BaseException, limit_lines: int = 12) -> str:

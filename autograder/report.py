@@ -29,6 +29,9 @@ class CaseResult:
     passed: bool
     message: str = ""
     """Why it failed, written for the student; empty when it passed."""
+    brief: str = ""
+    """Why it failed in the judge's words alone: nothing of the case's inputs (no shape, index or
+    value) and nothing the student's code wrote or raised. A verdict on hidden cases shows this."""
 
 
 @dataclass
@@ -64,6 +67,9 @@ class CheckResult:
     """Base seed of the random inputs: ``check(..., seed=...)`` replays them."""
     cases: list[CaseResult] = field(default_factory=list)
     throughput: ThroughputResult | None = None
+    hidden: bool = False
+    """A verdict on hidden cases: its summary counts them and gives their brief reasons, never
+    a label, a seed or a case's own message (nbgrader's feedback lands on the student's disk)."""
 
     @property
     def fraction_passed(self) -> float:
@@ -80,7 +86,19 @@ class CheckResult:
     def summary(self) -> str:
         """One line per case, its verdict in a mark and a word (fonts without emoji show the word),
         then why it failed; a failure like an earlier one (the same message but for its numbers:
-        another program, element or value) is named once and then referred to."""
+        another program, element or value) is named once and then referred to. Hidden cases are
+        counted, not listed (:attr:`hidden`)."""
+        lines = self._hidden_lines() if self.hidden else self._case_lines()
+        if self.throughput is not None:
+            status = self.throughput.status
+            mark = {"passed": "✅", "failed": "❌"}.get(status, "⚠️")
+            message = self.throughput.message  # it may begin with its status, in either language
+            for said in (status + ": ", status_word(status) + "："):
+                message = message.removeprefix(said)
+            lines.append(f"  {mark} " + say("throughput {status}: {message}", status=status_word(status), message=message))
+        return "\n".join(lines)
+
+    def _case_lines(self) -> list[str]:
         ok = sum(c.passed for c in self.cases)
         lines = [say("{exercise}: correctness {passed}/{cases} cases passed (seed {seed})",
                      exercise=self.exercise, passed=ok, cases=len(self.cases), seed=self.seed)]
@@ -95,14 +113,25 @@ class CheckResult:
                 continue
             first_seen[kind] = c.label
             lines.extend("     " + line for line in c.message.splitlines())
-        if self.throughput is not None:
-            status = self.throughput.status
-            mark = {"passed": "✅", "failed": "❌"}.get(status, "⚠️")
-            message = self.throughput.message  # it may begin with its status, in either language
-            for said in (status + ": ", status_word(status) + "："):
-                message = message.removeprefix(said)
-            lines.append(f"  {mark} " + say("throughput {status}: {message}", status=status_word(status), message=message))
-        return "\n".join(lines)
+        return lines
+
+    def _hidden_lines(self) -> list[str]:
+        """How many hidden cases passed; each reason for the others once, with how many it took."""
+        ok = sum(c.passed for c in self.cases)
+        lines = [say("{exercise}: hidden tests, {passed}/{cases} cases passed",
+                     exercise=self.exercise, passed=ok, cases=len(self.cases))]
+        reasons: dict[str, int] = {}
+        for c in self.cases:
+            if not c.passed:
+                reasons[c.brief] = reasons.get(c.brief, 0) + 1
+        for brief, count in reasons.items():
+            lines.append(f"  {case_mark(False)} " + say("{count} of {cases} cases", count=count, cases=len(self.cases)))
+            lines.extend("     " + line for line in brief.splitlines())
+        if reasons:
+            lines.append("  " + say("Hidden cases stay hidden, and so does what went wrong in them. Try your "
+                                    "function on shapes of your own: sizes that are not a multiple of your block "
+                                    "size, a single element or row, the largest sizes you expect."))
+        return lines
 
     __str__ = summary
 

@@ -254,6 +254,31 @@ def test_the_summary_says_passed_and_failed_in_words_and_names_a_repeated_failur
     assert text.splitlines()[-1] == "  ⚠️ throughput not measured: needs a GPU"
 
 
+
+def test_a_verdict_on_hidden_cases_counts_them_and_shows_only_the_judges_briefs():
+    from autograder.report import CaseResult, CheckResult
+    raised = "`add` raised ValueError: x is (4099, 3)"
+    brief = "`add` raised an exception."
+    result = CheckResult("add", 123456, [CaseResult("4099×3 float16", False, raised, brief),
+                                         CaseResult("1×1 float32", True),
+                                         CaseResult("77×5 float32", False, raised.replace("4099, 3", "77, 5"), brief),
+                                         CaseResult("2×2 float32", False, "3 of 4 elements differ: ...", "differ")],
+                         hidden=True)
+    text = result.summary()
+    assert text.splitlines()[0] == "add: hidden tests, 1/4 cases passed"
+    assert "❌ failed 2 of 4 cases\n     " + brief in text and "❌ failed 1 of 4 cases\n     differ" in text
+    for secret in ("4099", "77", "2×2", "1×1", "123456", "elements differ", "seed"):
+        assert secret not in text, secret
+    result.hidden = False  # the same verdict for the instructor's own check: in full
+    assert "4099×3 float16" in result.summary() and raised in result.summary()
+
+
+def test_a_kind_the_judge_does_not_know_reads_as_an_exception():
+    from autograder.correctness import brief
+    assert brief("values", "add") == "elements differ from PyTorch's result by more than the tolerance."
+    assert brief("x=(4099, 3)", "add") == brief("None", "add") == "`add` raised an exception."
+
+
 @triton.jit
 def _reads_one_ahead(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

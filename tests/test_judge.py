@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from autograder import exercises
 from autograder.check import GradingFailure, grade
@@ -226,6 +227,40 @@ def test_a_broken_answer_cell_is_explained(graded_here):
     assert "raised SyntaxError when run on their own" in isolated().cases[0].message
     write_notebook(graded_here, "def plus(x, y): return x")
     assert "define no function `add`" in isolated().cases[0].message
+
+
+
+TELLS_ITS_INPUTS = REFERENCE_ADD + '''
+import os
+_calls = []
+
+
+def add(x, y, _add=add):  # tells what it was given: raising, printing, crashing, a wrong answer
+    _calls.append(1)
+    told = f"x={tuple(x.shape)} {x.stride()} y={tuple(y.shape)} {y.stride()} {x.dtype}"
+    print(told, flush=True)
+    if len(_calls) % 3 == 1:
+        raise ValueError(told)
+    if len(_calls) > 6:
+        os._exit(7)
+    return _add(x, y).fill_(0.5) if len(_calls) % 3 == 0 else _add(x, y)
+'''
+
+
+def test_a_hidden_verdict_tells_nothing_of_the_hidden_cases(graded_here, capsys):
+    hidden = ADD.cases("hidden", DEVICE.device)
+    assert len(hidden) > 7  # raised, passed, wrong, raised, passed, wrong, crashed, not run
+    write_notebook(graded_here, TELLS_ITS_INPUTS)
+    assert 0 < grade(ADD.name, None, "hidden") < ADD.points["hidden"]
+    shown = capsys.readouterr().out
+    assert "`add` raised an exception." in shown and "elements differ" in shown
+    assert "crashed the grading process (exit code 7)" in shown and f"hidden tests, 2/{len(hidden)} cases" in shown
+    inputs = [ADD.make_inputs(case, torch.Generator().manual_seed(0), DEVICE.device) for case in hidden]
+    told = {str(tuple(t.shape)) for tensors in inputs for t in tensors} | {str(t.stride()) for t in inputs[0]}
+    for secret in told | {case.label for case in hidden} | {"seed", "x="}:
+        assert secret not in shown, secret
+    grade(ADD.name, None, "correctness")  # the visible test shows what the code said, shapes and all
+    assert "x=(" in capsys.readouterr().out
 
 
 FAULTING = '''

@@ -3,9 +3,11 @@ grade the class, feedback and export, with simulated students; and every assignm
 reference solution autograded."""
 import csv
 import re
+import runpy
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -194,6 +196,9 @@ def test_feedback_names_the_failing_test_and_hides_hidden_code(cycle):
     assert "needs a GPU" in html and "out of bounds" in html and "test_throughput" in html
     for secret in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "&quot;hidden&quot;", '"hidden"'):
         assert secret not in html, secret
+    labels = {c.label for c in PS1_EXERCISE.cases("hidden", DEVICE.device)}
+    labels -= {c.label for c in PS1_EXERCISE.cases("visible", DEVICE.device)}
+    assert "hidden tests, " in html and labels and not [label for label in labels if label in html]
 
 
 def test_a_class_graded_in_chinese_reads_its_verdicts_in_chinese(cycle):
@@ -251,33 +256,33 @@ WRONG = {
 }
 
 
-def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
-    """The seed each graded cell drew its inputs with, as its output in ``autograded/`` says."""
+def graded_seed(course: Path, assignment: str, student: str) -> int:
+    """The seed the correctness test drew its inputs with, as its output in ``autograded/`` says
+    (the hidden test's verdict names none)."""
     nb = nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)
-    seeds = {}
     for cell in nb.cells:
-        part = cell.metadata.get("nbgrader", {}).get("grade_id", "").removeprefix("test_")
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []))
-        if part in ("correctness", "hidden") and (found := re.search(r"cases passed \(seed (\d+)\)", text)):
-            seeds[part] = int(found[1])
-    return seeds
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_correctness":
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+            return int(re.search(r"cases passed \(seed (\d+)\)", text)[1])
+    raise AssertionError(f"{student} has no graded correctness test")
 
 
 def expected_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None = None) -> dict[str, float]:
     """What the answer earns by the self-check, run here on this machine's cases; with ``seeds``
     (a part's name -> seed), on the inputs that grading drew, so a mistake that a draw can hide
-    is judged on the same draw."""
+    is judged on the same draw (each of :data:`WRONG` fails the same hidden cases on any draw)."""
     from autograder import check, grading
     spec = exercises.get(assignment)
     nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     setup, = [c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup"]
-    namespace = {}
-    exec(compile(setup + "\n" + answer_cell, assignment, "exec"), namespace)
-    fn = namespace[spec.function]
     seeds = seeds or {}
-    return {f"test_{part}": grading.points(spec, part, check(spec, fn, cases=cases, measure_throughput=False,
-                                                             verbose=False, **({"seed": seeds[part]} if part in seeds else {})))
-            for part, cases in (("correctness", "visible"), ("hidden", "hidden"))} | {"test_throughput": 0.0}
+    with tempfile.TemporaryDirectory() as folder:  # a file: @triton.jit reads its kernels' source
+        module = Path(folder, f"{assignment}_answer.py")
+        module.write_text(setup + "\n" + answer_cell)
+        fn = runpy.run_path(str(module))[spec.function]
+        return {f"test_{part}": grading.points(spec, part, check(spec, fn, cases=cases, measure_throughput=False,
+                                                                 verbose=False, **({"seed": seeds[part]} if part in seeds else {})))
+                for part, cases in (("correctness", "visible"), ("hidden", "hidden"))} | {"test_throughput": 0.0}
 
 
 def submit_reference_and_mistakes(course: Path, assignment: str) -> dict[str, str]:
@@ -308,8 +313,6 @@ def test_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(
     for student, answer_cell in answers.items():
         if student == "ref":
             continue
-        seeds = graded_seeds(course, assignment, student)
-        assert set(seeds) == {"correctness", "hidden"}, seeds
-        expected = expected_points(assignment, answer_cell, seeds)
+        expected = expected_points(assignment, answer_cell, {"correctness": graded_seed(course, assignment, student)})
         assert expected["test_correctness"] + expected["test_hidden"] < points["correctness"] + points["hidden"]
         assert cell_scores(course, assignment, student) == pytest.approx(expected), student

@@ -9,10 +9,12 @@ from nbclient import NotebookClient
 from autograder import settings
 from autograder.instructor import sync, translation
 import kit
-from conftest import ROOT, venv_env
+from conftest import DEVICE, ROOT, venv_env
 
 NOTEBOOKS = sync.all_notebooks()
-CPU_BUDGET_S = 120
+BUDGET_S = 300 if DEVICE.has_gpu else 120
+"""Longest a notebook may take top to bottom: on a GPU real kernels compile and autotune (lesson
+11 took 210 s on an H100 on 2026-12-05, its FP8 and TMA sweeps most of it)."""
 
 
 def test_there_are_notebooks_in_both_folders():
@@ -42,7 +44,7 @@ def test_executes_top_to_bottom(path, monkeypatch):
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     if (outputs := settings.NOTEBOOK_OUTPUTS.get()) is not None:
         _append_text_outputs(nb, path, outputs)
-    assert time.monotonic() - start < CPU_BUDGET_S
+    assert time.monotonic() - start < BUDGET_S
 
 
 def _append_text_outputs(nb, path, target) -> None:

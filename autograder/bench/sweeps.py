@@ -138,7 +138,8 @@ class Sweep:
 
     def problem(self, n: int, inputs: tuple, output) -> str | None:
         """Why ``output`` is not the kernel's answer for ``inputs`` at size ``n``, or None."""
-        return correctness.judge_output(self.declared, self.case(n), inputs, (output,))
+        wrong = correctness.judge_output(self.declared, self.case(n), inputs, (output,))
+        return wrong and wrong.message
 
     def load(self) -> Callable[..., torch.Tensor] | None:
         """The kernel to time; None while ``solution`` does not exist."""

@@ -76,4 +76,5 @@ def why_nothing(result: CheckResult, part: str) -> str:
         return result.throughput.message if result.throughput else say("not measured.")
     if not result.cases:
         return say("no cases were run.")
-    return say("no case passed; the first: {message}", message=result.cases[0].message.splitlines()[0])
+    first = result.cases[0].brief if result.hidden else result.cases[0].message
+    return say("no case passed; the first: {message}", message=first.splitlines()[0])

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from .. import device, settings
-from ..correctness import run_cases
+from ..correctness import Problem, run_cases
 from ..language import say
 from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Exercise
@@ -94,13 +94,16 @@ def compile_cache() -> Path:
 
 class Runner:
     """A runner process and the judge's end of its channel. Called with a case's inputs it
-    returns ``(outputs, problem)`` as :func:`~autograder.correctness.run_cases` wants; once the
-    process has crashed, hung or broken the protocol, :attr:`ended` says so. It runs in a
-    scratch folder of its own, removed when it stops."""
+    returns ``(outputs, problem)`` as :func:`~autograder.correctness.run_cases` wants (the
+    problem's message and kind as the runner sent them: untrusted, and shown only to the
+    submission's own author); once the process has crashed, hung or broken the protocol,
+    :attr:`ended` says so. It runs in a scratch folder of its own, removed when it stops."""
 
     def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float):
         self.exercise, self.deadline, self.limit_s = exercise, deadline, limit_s
         self.ended: str | None = None
+        self.ended_brief: str | None = None
+        """:attr:`ended` without the process's output (for a verdict on hidden cases)."""
         self.folder = tempfile.TemporaryDirectory(prefix="grading-")
         scratch = Path(self.folder.name, "work")
         scratch.parent.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
@@ -132,11 +135,12 @@ class Runner:
                 protocol.send(self.channel, header, tensors)
             return protocol.recv(self.channel, deadline, max_bytes)
         except protocol.TimedOut:
-            self.ended = self._stop(timed_out=(header is None, limit_s) if deadline < self.deadline else None)
+            self.ended, self.ended_brief = self._stop(
+                timed_out=(header is None, limit_s) if deadline < self.deadline else None)
         except protocol.PeerGone:
-            self.ended = self._stop()
+            self.ended, self.ended_brief = self._stop()
         except (protocol.ProtocolError, OSError) as error:
-            self.ended = self._stop(broken=str(error))
+            self.ended, self.ended_brief = self._stop(broken=str(error))
         return {"problem": self.ended}, []
 
     def __call__(self, inputs, label: str):
@@ -150,11 +154,12 @@ class Runner:
                 args.append({"value": value})
         header, out = self.request({"op": "call", "label": label, "args": args}, tensors,
                                    max_bytes=_output_bytes(self.exercise, inputs), limit_s=self.exercise.time_limit_s)
-        problem = header.get("problem")
-        if problem is not None:
-            return None, str(problem)
+        if self.ended:  # run_cases says so in the judge's words (ended_brief)
+            return None, Problem(self.ended, "ended")
+        if (problem := header.get("problem")) is not None:  # its kind picks one of the judge's own sentences (correctness.brief)
+            return None, Problem(str(problem), str(header.get("kind")))
         if len(out) != len(self.exercise.outputs):
-            return None, say("the grading process sent no output for this case.")
+            return None, Problem(say("the grading process sent no output for this case."), "protocol")
         return tuple(o.to(tensors[0].device if tensors else "cpu") for o in out), None
 
     def pause(self) -> None:
@@ -172,10 +177,11 @@ class Runner:
             self.process.wait(5)
         self._stop()
 
-    def _stop(self, timed_out: tuple | bool | None = False, broken: str | None = None) -> str:
-        """Stop the process; why it ended, for the student. ``timed_out``: None when the whole
-        test's time ran out, (starting, seconds) when one request's did, ``starting`` when that
-        request was the wait for the answer cells to run."""
+    def _stop(self, timed_out: tuple | bool | None = False, broken: str | None = None) -> tuple[str, str]:
+        """Stop the process; why it ended, for the student, with the tail of its output and in
+        brief (without it, and without what the process sent). ``timed_out``: None when the
+        whole test's time ran out, (starting, seconds) when one request's did, ``starting`` when
+        that request was the wait for the answer cells to run."""
         self.process.resume()
         returncode = None if timed_out is not False else self.process.wait(5)
         finished = self.process.stop()
@@ -184,25 +190,27 @@ class Runner:
         last = "\n".join(line[:300] for line in finished.output.strip().splitlines()[-6:])
         last = "\n" + say("Its last output:\n{output}", output=last) if last else ""
         if timed_out is None:
-            return say("grading was stopped after {budget:g} s, the limit for one graded test: the code never "
-                       "finished.{last}", budget=settings.GRADING_TIMEOUT_S.get(), last=last)
-        if timed_out is not False:
+            why = say("grading was stopped after {budget:g} s, the limit for one graded test: the code never "
+                      "finished.{last}", budget=settings.GRADING_TIMEOUT_S.get(), last="{last}")
+        elif timed_out is not False:
             starting, seconds = timed_out
-            if starting:
-                return say("your answer cells did not finish within {seconds:g} s, so grading stopped them: look for "
-                           "a loop that never ends or a grid far larger than intended.{last}",
-                           seconds=seconds, last=last)
-            return say("`{function}` did not finish within {seconds:g} s, so grading stopped them: look for a loop "
+            why = (say("your answer cells did not finish within {seconds:g} s, so grading stopped them: look for "
+                       "a loop that never ends or a grid far larger than intended.{last}",
+                       seconds=seconds, last="{last}") if starting else
+                   say("`{function}` did not finish within {seconds:g} s, so grading stopped them: look for a loop "
                        "that never ends or a grid far larger than intended.{last}",
-                       function=self.exercise.function, seconds=seconds, last=last)
-        if broken is not None:
-            return say("the grading process sent what the judge does not accept ({broken}).{last}",
+                       function=self.exercise.function, seconds=seconds, last="{last}"))
+        elif broken is not None:
+            full = say("the grading process sent what the judge does not accept ({broken}).{last}",
                        broken=broken, last=last)
-        how = sandbox.describe_exit(returncode) if returncode is not None else say("it closed its channel")
-        if sandbox.ran_out_of_memory(finished.output):
-            return say("your code {memory}, which ended the grading process ({how}).{last}",
-                       memory=sandbox.memory_note(), how=how, last=last)
-        return say("your code crashed the grading process ({how}).{last}", how=how, last=last)
+            return full, say("the grading process sent what the judge does not accept.")
+        else:
+            how = sandbox.describe_exit(returncode) if returncode is not None else say("it closed its channel")
+            why = (say("your code {memory}, which ended the grading process ({how}).{last}",
+                       memory=sandbox.memory_note(), how=how, last="{last}")
+                   if sandbox.ran_out_of_memory(finished.output) else
+                   say("your code crashed the grading process ({how}).{last}", how=how, last="{last}"))
+        return why.replace("{last}", last), why.replace("{last}", "")
 
 
 def _output_bytes(exercise: Exercise, inputs) -> int:
@@ -292,10 +300,16 @@ def _throughput(exercise: Exercise, result: CheckResult, runner: Runner, clean) 
 
 
 def _failed(exercise: Exercise, message: str) -> CheckResult:
-    return CheckResult(exercise.name, seed=-1, cases=[CaseResult(say("(whole submission)"), False, message)])
+    """The verdict when the answer cells could not be graded at all: shown in full, hidden tests
+    included (nothing of a case had run)."""
+    return CheckResult(exercise.name, seed=-1, cases=[CaseResult(say("(whole submission)"), False, message, message)])
 
 
 def _name_memory_exhaustion(result: CheckResult) -> None:
     for case in result.cases:
-        if not case.passed and sandbox.ran_out_of_memory(case.message) and not sandbox.memory_noted(case.message):
+        if case.passed or not sandbox.ran_out_of_memory(case.message):
+            continue
+        if not sandbox.memory_noted(case.message):
             case.message = say("your code {memory}: {error}", memory=sandbox.memory_note(), error=case.message)
+        if not sandbox.memory_noted(case.brief):
+            case.brief = say("your code {memory}.", memory=sandbox.memory_note())

@@ -76,7 +76,7 @@ class Server:
         outs, problem = call_student(self.exercise, self.fn, tuple(given), str(header.get("label", "a case")),
                                      self.device, self.earlier, zones, all_threads=True)
         if problem is not None:
-            return {"problem": problem}, []
+            return {"problem": problem.message, "kind": problem.kind}, []
         return {"problem": None}, [o.detach() for o in outs]
 
     def prepare(self, header: dict, tensors: list):
@@ -134,7 +134,8 @@ def serve(channel: socket.socket, server: Server) -> None:
         try:
             reply, out = getattr(server, op)(header, tensors)
         except Exception as error:  # the student's function failed outside call_student's guard
-            reply, out = {"problem": explain_exception(server.exercise, error)}, []
+            problem = explain_exception(server.exercise, error)
+            reply, out = {"problem": problem.message, "kind": problem.kind}, []
         protocol.send(channel, reply, out)
 
 
