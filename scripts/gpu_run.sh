@@ -38,7 +38,12 @@ case $stage in
   # One worker per GPU; -k picks problem sets (a call lasts 10 minutes at most).
   class) COURSE_CLASS_RESULTS="$out/class-grading.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
            -p no:warnings tests/test_class_on_gpu.py "$@" 2>&1 | tee "$out/pytest-class.log" ;;
-  traffic) COURSE_TRAFFIC_RESULTS="$out/traffic-vs-time.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
+  traffic) if compgen -G ".whl/interpreter/*.whl" >/dev/null; then  # a numpy Triton 3.6's interpreter runs under
+             [ -e /tmp/site-interpreter/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile \
+               --target /tmp/site-interpreter .whl/interpreter/*.whl && touch /tmp/site-interpreter/.installed; } || exit 1
+             export PYTHONPATH="/tmp/site-interpreter:$PYTHONPATH"
+           fi
+           COURSE_TRAFFIC_RESULTS="$out/traffic-vs-time.md" python3 -m pytest -v -rfE --tb=short -p no:cacheprovider \
            -p no:warnings tests/test_traffic_on_gpu.py "$@" 2>&1 | tee "$out/pytest-traffic.log" ;;
   profile) for name in "$@"; do python3 scripts/profile_grading.py "$name"; done 2>&1 | tee "$out/profile.log" ;;
   *) echo "unknown stage $stage: use bench, tests, class, traffic or profile" >&2; exit 2 ;;

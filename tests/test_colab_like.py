@@ -1,7 +1,8 @@
 """A Colab-like environment: a bare virtual env holding only what a notebook's first cell
-installs there, the course package (non-editable, so its runtime dependencies and none of the
-[course] or [test] extras: no nbgrader, no JupyterLab). Every lesson runs in it top to bottom, in its
-Chinese version (test_notebooks runs the English one),
+installs there, the course package from the students' copy (``triton-course distribute``, the
+repository the Colab badges point at: no ``solutions``), non-editable, so its runtime
+dependencies and none of the [course] or [test] extras: no nbgrader, no JupyterLab. Every
+lesson runs in it top to bottom, in its Chinese version (test_notebooks runs the English one),
 and every assignment's reference solution passes its self-check in it.
 
 The env is kept in .venv/colab-like and rebuilt when pyproject.toml or the recipe below
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from autograder import exercises
+from autograder.instructor import distribution
 from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -34,7 +37,8 @@ TORCH = re.search(r"^CPU_TORCH=(\S+)", (ROOT / "scripts" / "setup_env.sh").read_
 # Not part of what Colab's cell installs: only the harness that runs a notebook headless here
 # (Colab has its own kernel and front end).
 HARNESS = ("ipykernel", "nbclient")
-PACKAGE_SOURCES = ("pyproject.toml", "README.md", "autograder", "solutions")
+PACKAGE_SOURCES = ("pyproject.toml", "docs/student-readme.md", "autograder")
+"""What the students' copy builds its package from (:mod:`autograder.instructor.distribution`)."""
 # The Chinese lessons (test_notebooks runs the English ones): the code is the same, and this runs
 # them top to bottom, as the suite runs every notebook.
 LESSONS = sorted((ROOT / "notebooks" / "zh").glob("*.ipynb"))
@@ -72,14 +76,14 @@ RUN_NOTEBOOK = textwrap.dedent('''
 
 # Runs in the Colab-like env: one exercise's reference solution through the student's check().
 SELF_CHECK = textwrap.dedent('''
-    import importlib, json, sys
+    import json, runpy, sys
 
     import autograder
     from autograder import check, exercises, setup_device
 
     setup_device(verbose=False)  # before the solution's @triton.jit
     spec = exercises.get(sys.argv[1])
-    fn = getattr(importlib.import_module(spec.solution), spec.function)
+    fn = runpy.run_path(sys.argv[2])[spec.function]  # the instructor's answer, as a student's notebook holds one
     result = check(spec.name, fn, verbose=False)
     print(json.dumps({"correct": result.correct, "summary": result.summary(),
                       "autograder": autograder.__file__}))
@@ -132,13 +136,8 @@ def colab(tmp_path_factory):
         pip(*HARNESS)
     package = digest(*(ROOT / p for p in PACKAGE_SOURCES))
     if fresh or not package_stamp.exists() or package_stamp.read_text() != package:
-        # Built from a copy: pip builds in the source tree, which would leave build/ here.
-        source = tmp_path_factory.mktemp("package")
-        for name in PACKAGE_SOURCES:
-            if (ROOT / name).is_dir():
-                shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy(ROOT / name, source / name)
+        # What the badges point at, and a copy: pip builds in the source tree, which would leave build/ here.
+        source = distribution.build(tmp_path_factory.mktemp("package") / "course")
         # What Colab's `%pip install "triton-course @ git+..."` does; later only the package.
         pip(*([] if fresh else ["--force-reinstall", "--no-deps"]), source)
         package_stamp.write_text(package)
@@ -153,6 +152,9 @@ def test_has_the_package_and_no_course_extras(colab):
     where, extras = json.loads(run([PYTHON, "-c", probe], cwd=colab, env=colab_env(colab)))
     assert Path(where).is_relative_to(VENV), f"autograder imported from {where}, not the installed package"
     assert extras == [], f"the Colab-like env has {extras}: the install pulled an extra"
+    answers = "import importlib.util as u; print(u.find_spec('solutions'))"
+    assert run([PYTHON, "-c", answers], cwd=colab, env=colab_env(colab)).strip() == "None", \
+        "the Colab-like env can import the reference solutions: it was not built from the students' copy"
     speaks = "from autograder.language import say, set_language; set_language('zh'); print(say('no cases were run.'))"
     assert run([PYTHON, "-c", speaks], cwd=colab, env=colab_env(colab)).strip() == "没有运行任何用例。", \
         "the installed package lacks its message catalogue (package-data)"
@@ -173,6 +175,7 @@ def test_lesson_runs(colab, path):
 def test_assignment_self_check(colab, path):
     script = colab / "self_check.py"
     script.write_text(SELF_CHECK)
-    report = json.loads(run([PYTHON, script, path.stem], cwd=colab, env=colab_env(colab)).splitlines()[-1])
+    answer = ROOT / (exercises.get(path.stem).solution.replace(".", "/") + ".py")
+    report = json.loads(run([PYTHON, script, path.stem, answer], cwd=colab, env=colab_env(colab)).splitlines()[-1])
     assert Path(report["autograder"]).is_relative_to(VENV), report["autograder"]
     assert report["correct"], report["summary"]

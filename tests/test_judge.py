@@ -16,6 +16,7 @@ from autograder import exercises
 from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
+from autograder.grading.cells import answer_code
 from autograder.instructor.sync import solution_section
 from conftest import DEVICE, ROOT
 
@@ -85,7 +86,7 @@ def isolated(exercise=ADD, cases="visible"):
 
 def test_only_setup_and_answer_cells_run(graded_here):
     write_notebook(graded_here, "def add(x, y): pass", other="raise SystemExit('never run')")
-    code = judging.student_code(graded_here / f"{ADD.name}.ipynb")
+    code = answer_code(graded_here / f"{ADD.name}.ipynb", with_setup=True)
     assert "never run" not in code and "def add" in code and "setup_device()" in code
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import json
 import os
 import secrets
 import shutil
@@ -45,6 +44,7 @@ from ..language import say
 from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Exercise
 from . import protocol, sandbox
+from .cells import answer_code
 
 ISOLATE_VAR = settings.ISOLATE.name
 TIMEOUT_VAR = settings.GRADING_TIMEOUT_S.name
@@ -67,18 +67,6 @@ def find_notebook(exercise: str) -> Path:
     if len(found) == 1:
         return found[0]
     raise FileNotFoundError(f"cannot find the notebook of {exercise} in {here} to grade it")
-
-
-def student_code(notebook: Path) -> str:
-    """The setup cell and the answer cells, in order; IPython magics and shell lines dropped.
-    (Read as JSON: nothing of the notebook runs here.)"""
-    cells = json.loads(notebook.read_text())["cells"]
-    chosen = [c for c in cells if c.get("cell_type") == "code"
-              and (c.get("metadata", {}).get("nbgrader", {}).get("solution")
-                   or c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")]
-    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in chosen]
-    return "\n\n".join("\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
-                       for src in sources)
 
 
 @functools.cache
@@ -231,7 +219,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     budget = settings.GRADING_TIMEOUT_S.get()
     deadline = time.monotonic() + budget
     notebook = find_notebook(exercise.name)
-    code = student_code(notebook)
+    code = answer_code(notebook, with_setup=True)
     where, seed = device.current(), secrets.randbits(31)
     # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
     key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))

@@ -6,9 +6,10 @@ for ``grade_class``'s table and saved results. A name found is a reason to look,
 an honest answer may use one, and a determined one may spell it so it is not found."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from ..grading.cells import answer_code
 
 REACHES = (
     (r"\bctypes\b|\bcffi\b|\bmmap\b", "memory by address"),
@@ -27,18 +28,10 @@ REACHES = (
 """(pattern, what it reaches for): what the rules inside the student's process watch or rely on."""
 
 
-def answer_cells(notebook: Path) -> str:
-    """The text of a notebook's answer cells (nbgrader's solution cells), read as JSON."""
-    cells = json.loads(notebook.read_text()).get("cells", [])
-    return "\n".join("".join(c["source"]) if isinstance(c.get("source"), list) else str(c.get("source", ""))
-                     for c in cells if c.get("cell_type") == "code"
-                     and c.get("metadata", {}).get("nbgrader", {}).get("solution"))
-
-
 def review_notes(notebooks: list[Path]) -> list[str]:
     """One note naming what the answer cells reach for, e.g. ``review by hand: ctypes (memory
     by address)``; none when they reach for nothing listed in :data:`REACHES`."""
-    text = "\n".join(answer_cells(path) for path in notebooks)
+    text = "\n".join(answer_code(path) for path in notebooks)
     found = []
     for pattern, what in REACHES:
         names = sorted({m.group(0).strip("(").strip() for m in re.finditer(pattern, text)})
