@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, kernel_line,
-                     time_limit, watch)
+                     raised_inside, time_limit, watch)
 from .language import say
 from .report import CaseResult
 from .spec import Case, Exercise
@@ -330,7 +330,7 @@ def _right(text: str, width: int) -> str:
 
 def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
     """One line saying what probably went wrong, above the traceback of the student's code."""
-    cause = error.__cause__ or error
+    cause = raised_inside(error.__cause__ or error)
     if isinstance(cause, KernelTimeout):
         return Problem(str(cause), "time")
     if isinstance(cause, OutOfBoundsAccess):

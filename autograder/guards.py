@@ -80,10 +80,18 @@ def kernel_line(tb) -> list[str]:
     return ["  " + say("in {function}, line {line}", function=frame.name, line=frame.lineno)]
 
 
+def raised_inside(error: BaseException) -> BaseException:
+    """What a kernel raised, under the interpreter's wrappers: an ``InterpreterError`` for the
+    launch, and one more for each ``@triton.jit`` function it was in when it raised."""
+    while type(error).__name__ == "InterpreterError" and error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
 def shorten(error: Exception) -> None:
     """Give Triton's ``InterpreterError`` a two-line form for IPython: what went wrong in the
     kernel, then the kernel's line (the type stays, so code that catches it still does)."""
-    cause = error.__cause__
+    cause = raised_inside(error) if error.__cause__ is not None else None
     if cause is not None and not hasattr(error, "_render_traceback_"):
         error._render_traceback_ = lambda: [say("{error} in the kernel: {message}", error=type(cause).__name__,
                                                 message=cause),
@@ -567,7 +575,7 @@ def install_interpreter_hooks() -> None:
         try:
             return original_call(self, *args_dev, **kwargs)
         except Exception as error:
-            stray = error if isinstance(error, (OutOfBoundsAccess, DataRace)) else error.__cause__
+            stray = raised_inside(error)
             if isinstance(stray, OutOfBoundsAccess) and stray.launch is None:
                 stray.launch = (interpreter.InterpretedFunction(self.fn), self.grid, args_dev, kwargs)
             if stray is not error and isinstance(stray, (OutOfBoundsAccess, DataRace)):

@@ -63,6 +63,29 @@ def test_missing_mask_fails_ragged_sizes_with_a_clear_message():
         assert all("out of bounds" in c.message and "mask" in c.message for c in failed)
 
 
+@triton.jit
+def _store_unmasked(out_ptr, offsets, values):  # a helper that a kernel calls: one more interpreter wrapper
+    tl.store(out_ptr + offsets, values)
+
+
+@triton.jit
+def _unmasked_through_a_helper(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    _store_unmasked(out_ptr, offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask))
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")
+def test_a_stray_store_in_a_helper_function_is_named_like_one_in_the_kernel():
+    def add_through_a_helper(x, y):
+        out = torch.empty_like(x)
+        _unmasked_through_a_helper[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK_SIZE=1024)
+        return out
+    failed = failures(check(VECTOR_ADD, add_through_a_helper, measure_throughput=False, verbose=False))
+    assert failed and all(c.message.startswith("your kernel accessed memory out of bounds: out-of-bounds store")
+                          and "InterpreterError" not in c.message for c in failed), failed[0].message
+
+
 @pytest.mark.parametrize("cheat, phrase", [
     (lambda x, y: x + y, "computed with PyTorch (aten.add.Tensor)"),
     (lambda x, y: torch.add(x, y), "computed with PyTorch"),

@@ -61,15 +61,12 @@ def fewer_tiles_for_ieee(configs, named_args, **kwargs):
     return configs
 
 
-# INPUT_PRECISION is in the key: the best tiles for IEEE float32 are not the best for TF32.
-@triton.autotune(configs=CONFIGS, key=["M", "N", "K", "INPUT_PRECISION"],
-                 prune_configs_by={"early_config_prune": fewer_tiles_for_ieee})
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    row, col = tile_order(tl.program_id(axis=0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+def matmul_tile(a_ptr, b_ptr, c_ptr, row, col, M, N, K,
+                stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                INPUT_PRECISION: tl.constexpr):
+    """Tile (row, col) of c: the K loop over tiles of a and b, then one store."""
     rows = row * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = col * BLOCK_N + tl.arange(0, BLOCK_N)
     ks = tl.arange(0, BLOCK_K)
@@ -93,6 +90,19 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         b_ptrs += BLOCK_K * stride_bk
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok & col_ok)
+
+
+# INPUT_PRECISION is in the key: the best tiles for IEEE float32 are not the best for TF32.
+@triton.autotune(configs=CONFIGS, key=["M", "N", "K", "INPUT_PRECISION"],
+                 prune_configs_by={"early_config_prune": fewer_tiles_for_ieee})
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    row, col = tile_order(tl.program_id(axis=0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    matmul_tile(a_ptr, b_ptr, c_ptr, row, col, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, group_m: int = 8, allow_tf32: bool = False) -> torch.Tensor:

@@ -48,8 +48,9 @@ def waves(tiles: int, programs: int) -> str:
 
 
 # --- notebook cell: persistent ---
-# Lesson 7's tiles (Hopper-sized; one set in the interpreter), its float32 pruning and its order.
-from autograder.kernels.matmul import CONFIGS, fewer_tiles_for_ieee, tile_order
+# Lesson 7's tiles (Hopper-sized; one set in the interpreter), its float32 pruning, its order and its
+# kernel for one tile.
+from autograder.kernels.matmul import CONFIGS, fewer_tiles_for_ieee, matmul_tile, tile_order
 
 
 @triton.autotune(configs=CONFIGS, key=["M", "N", "K", "INPUT_PRECISION"],
@@ -61,31 +62,15 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, owners_ptr, visits_ptr, M, N, 
                              GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
                              INPUT_PRECISION: tl.constexpr, RECORD: tl.constexpr):
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    ks = tl.arange(0, BLOCK_K)
     # Program p computes tiles p, p + P, p + 2P, ... (P = NUM_PROGRAMS, the grid's size). At any
     # moment the P programs work on P consecutive tiles of lesson 7's grouped order, as one wave
     # of a one-tile-per-program launch did, so they share their tiles of a and b in L2 alike.
-    # flatten=True lets the compiler pipeline the two loops as one: the next tile's first loads
-    # are issued while this tile's last steps and its store run.
+    # flatten=True lets the compiler pipeline the two loops as one (the tile's K loop is inlined
+    # here): the next tile's first loads are issued while this tile's last steps and its store run.
     for tile in tl.range(tl.program_id(axis=0), tiles, NUM_PROGRAMS, flatten=True):
         row, col = tile_order(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        # From here to the store: lesson 7's kernel for one tile.
-        rows = row * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = col * BLOCK_N + tl.arange(0, BLOCK_N)
-        row_ok = rows[:, None] < M
-        col_ok = cols[None, :] < N
-        a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(0, tl.cdiv(K, BLOCK_K)):
-            k_ok = ks < K - step * BLOCK_K  # K's padding must load as 0 in both tiles
-            a = tl.load(a_ptrs, mask=row_ok & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok, other=0.0)
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-        c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok & col_ok)
+        matmul_tile(a_ptr, b_ptr, c_ptr, row, col, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)  # lesson 7's tile
         if RECORD:  # for the lesson's figure and the tests: who computed this tile, how often
             here = row * tl.cdiv(N, BLOCK_N) + col  # the tile's place in row-major order
             tl.store(owners_ptr + here, tl.program_id(axis=0))
