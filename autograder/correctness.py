@@ -37,21 +37,20 @@ def brief(kind: str, function: str) -> str:
     the student's code wrote. A kind it does not know (a runner may send anything) reads as
     ``raised``."""
     sentences = {
-        "shape": lambda: say("the output's shape is not the shape of PyTorch's result."),
-        "dtype": lambda: say("the output's dtype is not the inputs' dtype."),
-        "values": lambda: say("elements differ from PyTorch's result by more than the tolerance."),
-        "signature": lambda: say("`{function}` cannot be called with the exercise's arguments.", function=function),
-        "not_written": lambda: say("`{function}` is not written yet (it raised NotImplementedError).",
-                                   function=function),
-        "compile": lambda: say("Triton could not compile your kernel."),
-        "out_of_bounds": lambda: say("your kernel accessed memory outside the tensors: a missing or wrong mask?"),
-        "race": lambda: say("your kernel has a race: programs wrote the same elements."),
-        "cuda_fault": lambda: say("your kernel faulted on the GPU, most often from an address outside every tensor."),
-        "time": lambda: say("`{function}` did not finish within the time limit of one call.", function=function),
-        "rule": lambda: say("`{function}` broke one of the exercise's rules on how an output is made.",
-                            function=function),
+        "shape": say("the output's shape is not the shape of PyTorch's result."),
+        "dtype": say("the output's dtype is not the inputs' dtype."),
+        "values": say("elements differ from PyTorch's result by more than the tolerance."),
+        "signature": say("`{function}` cannot be called with the exercise's arguments.", function=function),
+        "not_written": say("`{function}` is not written yet (it raised NotImplementedError).", function=function),
+        "compile": say("Triton could not compile your kernel."),
+        "out_of_bounds": say("your kernel accessed memory outside the tensors: a missing or wrong mask?"),
+        "race": say("your kernel has a race: a program read an element that another program of the same launch "
+                    "wrote."),
+        "cuda_fault": say("your kernel faulted on the GPU, most often from an address outside every tensor."),
+        "time": say("`{function}` did not finish within the time limit of one call.", function=function),
+        "rule": say("`{function}` broke one of the exercise's rules on how an output is made.", function=function),
     }
-    return sentences.get(kind, lambda: say("`{function}` raised an exception.", function=function))()
+    return sentences.get(kind) or say("`{function}` raised an exception.", function=function)
 
 
 def not_run_after_fault() -> str:
@@ -165,14 +164,14 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
         return None, explain_exception(exercise, error)
-    checks = ((lambda: integrity_problem(exercise, record), "rule"),
-              (lambda: zones.damage() if zones is not None else None, "out_of_bounds"),
-              (lambda: _changed_inputs(before, _tensors(given)), "rule"),
-              (lambda: next(filter(None, (_not_a_fresh_tensor(exercise, name, out, given, earlier)
-                                          for name, out in zip(exercise.outputs, outs))), None), "rule"))
-    for find, kind in checks:
-        if problem := find():
-            return None, Problem(problem, kind)
+    if problem := integrity_problem(exercise, record):
+        return None, Problem(problem, "rule")
+    if zones is not None and (damage := zones.damage()):
+        return None, Problem(damage, "out_of_bounds")
+    if problem := (_changed_inputs(before, _tensors(given))
+                   or next(filter(None, (_not_a_fresh_tensor(exercise, name, out, given, earlier)
+                                         for name, out in zip(exercise.outputs, outs))), None)):
+        return None, Problem(problem, "rule")
     earlier.extend(outs)
     return outs, None
 

@@ -144,7 +144,7 @@ class Runner:
                                    max_bytes=_output_bytes(self.exercise, inputs), limit_s=self.exercise.time_limit_s)
         if self.ended:  # run_cases says so in the judge's words (ended_brief)
             return None, Problem(self.ended, "ended")
-        if (problem := header.get("problem")) is not None:  # its kind picks one of the judge's own sentences (correctness.brief)
+        if (problem := header.get("problem")) is not None:  # its kind picks one of correctness.brief's sentences
             return None, Problem(str(problem), str(header.get("kind")))
         if len(out) != len(self.exercise.outputs):
             return None, Problem(say("the grading process sent no output for this case."), "protocol")
@@ -179,15 +179,15 @@ class Runner:
         last = "\n" + say("Its last output:\n{output}", output=last) if last else ""
         if timed_out is None:
             why = say("grading was stopped after {budget:g} s, the limit for one graded test: the code never "
-                      "finished.{last}", budget=settings.GRADING_TIMEOUT_S.get(), last="{last}")
+                      "finished.{last}", budget=settings.GRADING_TIMEOUT_S.get(), last="")
         elif timed_out is not False:
             starting, seconds = timed_out
             why = (say("your answer cells did not finish within {seconds:g} s, so grading stopped them: look for "
                        "a loop that never ends or a grid far larger than intended.{last}",
-                       seconds=seconds, last="{last}") if starting else
+                       seconds=seconds, last="") if starting else
                    say("`{function}` did not finish within {seconds:g} s, so grading stopped them: look for a loop "
                        "that never ends or a grid far larger than intended.{last}",
-                       function=self.exercise.function, seconds=seconds, last="{last}"))
+                       function=self.exercise.function, seconds=seconds, last=""))
         elif broken is not None:
             full = say("the grading process sent what the judge does not accept ({broken}).{last}",
                        broken=broken, last=last)
@@ -195,10 +195,10 @@ class Runner:
         else:
             how = sandbox.describe_exit(returncode) if returncode is not None else say("it closed its channel")
             why = (say("your code {memory}, which ended the grading process ({how}).{last}",
-                       memory=sandbox.memory_note(), how=how, last="{last}")
+                       memory=sandbox.memory_note(), how=how, last="")
                    if sandbox.ran_out_of_memory(finished.output) else
-                   say("your code crashed the grading process ({how}).{last}", how=how, last="{last}"))
-        return why.replace("{last}", last), why.replace("{last}", "")
+                   say("your code crashed the grading process ({how}).{last}", how=how, last=""))
+        return why + last, why  # {last} ends every one of these sentences, in every language
 
 
 def _output_bytes(exercise: Exercise, inputs) -> int:
