@@ -617,6 +617,44 @@ def test_every_reference_earns_full_marks_from_the_judge(graded_here, name):
             f.write(f"| {name} | {timed.throughput.message} |\n")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(exercises.ASSIGNMENTS))
+def test_every_timed_case_keeps_the_gpu_busier_than_the_python_that_feeds_it(name):
+    """The judge times calls back to back by its own clock, so a call's Python (allocations,
+    launches, autograd) counts; where it takes as long as the GPU's work, the verdict measures the
+    CPU. Seen: PS6 at 16384 × 4096 issued a call in 0.99 of the time it ran (H100) and five verdicts
+    on its reference spread over 0.74-1.16×; at 32768 × 8192, 0.38 (H100) to 0.72 (H200), the
+    judge's rounds within ±3% and its verdicts 1.73× and 1.53×. PS2 at 4096 × 4096: two verdicts of
+    1.36× and 1.83× (H200); at 8192 × 8192 it issues a call in under half its run (H200)."""
+    spec = exercises.get(name)
+    issued, ran = _issued_and_ran_ms(spec)
+    assert issued < 0.8 * ran, (f"{name}'s reference issues a call of {spec.throughput.case.label} in {issued:.3f} ms "
+                                f"and runs it in {ran:.3f} ms: time a larger case")
+
+
+def _issued_and_ran_ms(spec, calls: int = 10) -> tuple[float, float]:
+    """Per call of the reference solution on the timed case: the milliseconds its Python takes to
+    issue it (the GPU held busy meanwhile, so no call waits for another), and to run it, calls
+    back to back (its tensors freed on return, whatever the test decides)."""
+    import importlib
+    fn = getattr(importlib.import_module(spec.solution), spec.function)
+    inputs = spec.make_inputs(spec.throughput.case, torch.Generator().manual_seed(0), "cuda")
+    for _ in range(3):  # compiled, and the allocator's cache warm
+        spec.call(fn, inputs)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # about a second of the GPU's clock
+    start = time.perf_counter()
+    for _ in range(calls):
+        spec.call(fn, inputs)
+    issued = time.perf_counter() - start
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        spec.call(fn, inputs)
+    torch.cuda.synchronize()
+    return issued / calls * 1e3, (time.perf_counter() - start) / calls * 1e3
+
+
 def test_the_protocol_keeps_a_strided_views_layout_and_only_what_it_reaches():
     import socket
     import time

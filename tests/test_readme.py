@@ -13,6 +13,14 @@ README = figures.rendered((ROOT / "README.md").read_text())
 RESULTS = json.loads((ROOT / "results" / "gpu" / "results.json").read_text())
 
 
+def _current(record: dict) -> bool:
+    """Whether a recorded grading timed the case its exercise declares now (a problem set whose
+    timed case changed is not recorded until the benchmark runs again; a lesson's kernel that was
+    a problem set keeps its old name and record)."""
+    name = record["exercise"]
+    return name not in exercises.ASSIGNMENTS or record["case"] == exercises.get(name).throughput.case.label
+
+
 def test_every_lesson_and_assignment_is_listed():
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert f"`notebooks/{path.name}`" in README, path.name
@@ -30,14 +38,14 @@ def _row(name: str) -> list[str]:
 def test_each_problem_sets_threshold_and_recorded_ratio_match(name):
     cells, ex = _row(name), exercises.get(name)
     assert cells[1].startswith(f"≥ {ex.throughput.threshold:g}×"), (cells[1], ex.throughput.threshold)
-    recorded = [r for r in RESULTS["exercises"] if r["exercise"] == name]
+    recorded = [r for r in RESULTS["exercises"] if r["exercise"] == name and _current(r)]
     if recorded:
         assert cells[2].startswith(f"{recorded[0]['median_ratio']:.3f}×"), (cells[2], recorded[0]["median_ratio"])
     else:
         assert cells[2].startswith("not recorded yet"), cells[2]
 
 
-@pytest.mark.parametrize("record", RESULTS["exercises"], ids=lambda r: r["exercise"])
+@pytest.mark.parametrize("record", [r for r in RESULTS["exercises"] if _current(r)], ids=lambda r: r["exercise"])
 def test_every_recorded_grading_is_quoted_as_recorded(record):
     cells = _row(record["exercise"])
     assert cells[1].startswith(f"≥ {record['threshold']:g}×"), (cells[1], record["threshold"])

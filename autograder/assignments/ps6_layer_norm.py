@@ -83,14 +83,18 @@ EXERCISE = Exercise(
     make_inputs=layer_norm_inputs,
     solution="solutions.layer_norm",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
-    # A training step's LayerNorm: 16k tokens of a 4096-wide model in float16, forward and backward,
-    # 671 MB at the fewest, some 170 µs at an H200's 4 TB/s. Not yet measured on a GPU (bash
-    # scripts/gpu_run.sh bench --only ps6_layer_norm): 0.8× is a conservative guess, to be replaced
-    # by the measurement. PyTorch's kernels read x and dy a second time for dw and db (7 · M · N
-    # elements against 5), but its autograd bookkeeping is C++ where a Function's is Python (tens of
-    # µs a step). A kernel with one buffer row per row for dw and db (lesson 9's strategy (a)) writes
-    # and reads M × 2N float32 more: 26 bytes an element against 10, about 0.4 of the reference's speed.
-    throughput=Throughput(case=Case((16384, 4096), _F16), threshold=0.8, bytes_moved=layer_norm_bytes,
+    # A training step's LayerNorm at a 70B-class model's width: 32k tokens of 8192 in float16, forward
+    # and backward, 2.7 GB at the fewest. The judge times calls back to back by its own clock, so the
+    # Python of an autograd.Function (0.39-0.44 ms a call for the reference's five allocations and
+    # three launches, on an H100) counts. At 16384 × 4096 that was more than the GPU's 0.26 ms: the
+    # judge's four verdicts on the reference read 1.00-1.13× and the bench's five 0.74-1.16× where
+    # the GPU alone ran it 1.71× PyTorch's speed. Here the GPU's share is 1.0 ms (PyTorch's 1.9 ms):
+    # the judge gave the reference 1.73× on an H100 (2026-12-05), do_bench 1.71-1.75× in four
+    # verdicts. At least PyTorch eager's speed is asked. PyTorch's kernels read x and dy a
+    # second time for dw and db (7 · M · N elements against 5). A kernel with one buffer row per row
+    # for dw and db (lesson 9's strategy (a)) writes and reads M × 2N float32 more: 26 bytes an
+    # element against 10, about 0.4 of the reference's speed.
+    throughput=Throughput(case=Case((32768, 8192), _F16), threshold=1.0, bytes_moved=layer_norm_bytes,
                           baseline="F.layer_norm forward + autograd backward"),
     tolerances=Y_TOLERANCES,
     gradients={"x": DX_TOLERANCES, "w": DW_TOLERANCES, "b": DW_TOLERANCES},
