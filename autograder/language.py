@@ -3,9 +3,10 @@
 Every sentence a student reads (check and grading verdicts, hints, the device banner, plot
 titles and labels) is written in English in the code and passed through :func:`say`, which
 looks it up in the catalogue, ``autograder/messages/*.yaml``: lists of ``{en, zh}`` pairs, one
-file per part of the course, placeholders in ``str.format``'s syntax. tests/test_messages.py
-fails when a sentence given to :func:`say` has no Chinese, or its Chinese drops or adds a
-placeholder. (Not gettext: its .mo files need a build step, and this catalogue is read and
+file per part of the course, placeholders in ``str.format``'s syntax. The lessons' own figures
+label themselves through :func:`autograder.plots.label`, from the same catalogue
+(``messages/lessons.yaml``). tests/test_messages.py fails when a sentence given to :func:`say`
+or ``label`` has no Chinese, or its Chinese drops or adds a placeholder. (Not gettext: its .mo files need a build step, and this catalogue is read and
 checked like the course's other translation tables, glossary included.)
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -25,6 +27,10 @@ _language: str | None = None
 """Set by :func:`set_language`; None until then, so TRITON_COURSE_LANG decides."""
 
 
+_followers: list[Callable[[str], None]] = []
+"""Called with the language each time :func:`set_language` sets one."""
+
+
 def set_language(lang: str) -> None:
     """Use ``lang`` ("en" or "zh") for everything shown from now on: quizzes, checks, hints."""
     global _language
@@ -32,6 +38,14 @@ def set_language(lang: str) -> None:
         raise ValueError(f"unknown language {lang!r} passed to set_language(); "
                          f"choose one of: {', '.join(LANGUAGES)}")
     _language = lang
+    for follow in _followers:
+        follow(lang)
+
+
+def follow_language(follow: Callable[[str], None]) -> None:
+    """Call ``follow`` with the language in use now, and again whenever :func:`set_language` changes it."""
+    _followers.append(follow)
+    follow(get_language())
 
 
 def get_language() -> str:
@@ -60,6 +74,9 @@ def catalogue() -> dict[str, dict[str, str]]:
 def say(template: str, /, **values) -> str:
     """``template`` in the language in use, its placeholders filled from ``values``. A sentence
     the catalogue lacks stays English (a test keeps the catalogue complete)."""
-    lang = get_language()
-    text = template if lang == "en" else catalogue().get(template, {}).get(lang, template)
-    return text.format(**values)
+    return translated(template, get_language()).format(**values)
+
+
+def translated(template: str, lang: str) -> str:
+    """``template`` (English, placeholders unfilled) in ``lang``, from the catalogue."""
+    return template if lang == "en" else catalogue().get(template, {}).get(lang, template)

@@ -8,8 +8,9 @@ ends), and a script that draws hundreds keeps none of them in memory. ``fig.save
 works on a closed figure.
 
 Titles, labels and legends are in the language in use when the figure is drawn
-(:mod:`autograder.language`); Chinese needs a font with CJK glyphs (:func:`readable`), and
-without one the figures stay English (:func:`drawn`) rather than show boxes.
+(:mod:`autograder.language`), and so are those of a lesson's own figures (:func:`label`);
+Chinese needs a font with CJK glyphs (:func:`readable`), and without one the figures stay
+English (:func:`drawn`) rather than show boxes.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from matplotlib import font_manager
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from .language import get_language, say, speaking
+from .language import follow_language, get_language, say, speaking, translated
 
 CEILING_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1}
 MASKED_COLOUR = "lightgrey"
@@ -68,6 +69,27 @@ def figure_language() -> str:
         _english_figures_said()
         return "en"
     return lang
+
+
+def label(text: str, /, **values) -> str:
+    """A text of a lesson's own figure (a title, an axis, a legend entry): ``text`` (English, with
+    ``str.format`` placeholders filled from ``values``) in :func:`figure_language`, from the
+    message catalogue."""
+    return translated(text, figure_language()).format(**values)
+
+
+def _fonts_for(lang: str) -> None:
+    """In a language other than English, every figure made from now on falls back to an installed
+    CJK font for the glyphs its usual font lacks (a lesson's own figures included; matplotlib
+    fixes a text's fonts when the text is made, so this cannot wait for :func:`label`)."""
+    fonts = cjk_fonts() if lang != "en" else []
+    if fonts and fonts[0] not in plt.rcParams["font.family"]:
+        installed = _installed()
+        usual = [name for name in plt.rcParams["font.sans-serif"] if name in installed][:1]
+        plt.rcParams["font.family"] = usual + fonts
+
+
+follow_language(_fonts_for)
 
 
 def drawn(draw):

@@ -5,25 +5,39 @@ import re
 import string
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograder import language
 from autograder.language import say, set_language
 
 PACKAGE = Path(language.__file__).parent
+ROOT = PACKAGE.parent
 
 
-def said() -> list[tuple[str, ast.expr | None]]:
-    """(where, first argument) of every call of ``say`` in the package."""
-    calls = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and "say" in (getattr(node.func, "id", None), getattr(node.func, "attr", None)):
-                calls.append((f"{path.relative_to(PACKAGE)}:{node.lineno}", node.args[0] if node.args else None))
-    return calls
+def lesson_code() -> list[tuple[str, ast.Module]]:
+    """(where, syntax tree) of every code cell of the English lessons (the Chinese ones run the same
+    code), IPython's magics turned into Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    cells = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "code":
+                cells.append((f"{path.name} cell {i}", ast.parse(TransformerManager().transform_cell(cell.source))))
+    return cells
 
 
-CALLS = said()
+def calls_of(name: str, trees) -> list[tuple[str, ast.expr | None]]:
+    """(where, first argument) of every call of ``name`` (a function or a method) in ``trees``."""
+    return [(f"{where}:{node.lineno}", node.args[0] if node.args else None)
+            for where, tree in trees for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and name in (getattr(node.func, "id", None), getattr(node.func, "attr", None))]
+
+
+LESSONS = lesson_code()
+CALLS = calls_of("say", [(str(path.relative_to(PACKAGE)), ast.parse(path.read_text()))
+                         for path in sorted(PACKAGE.rglob("*.py"))]) + calls_of("label", LESSONS)
+"""Every sentence the catalogue must hold: the package's say() and the lessons' label()."""
 
 
 def placeholders(text: str) -> set[tuple[str, str]]:
@@ -36,7 +50,27 @@ def test_the_course_speaks_through_say():
 
 def test_every_sentence_given_to_say_is_a_literal():
     loose = [where for where, arg in CALLS if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str))]
-    assert not loose, f"say() needs the sentence itself (the catalogue is keyed by it), at: {loose}"
+    assert not loose, f"say() and label() need the sentence itself (the catalogue is keyed by it), at: {loose}"
+
+
+FIGURE_TEXT_METHODS = {"set_title", "set_xlabel", "set_ylabel", "suptitle", "text", "annotate"}
+WORD = re.compile(r"[A-Za-z]{3,}")
+
+
+def _words(node: ast.expr) -> bool:
+    """Whether ``node`` is a string literal (an f-string's literal parts included) with a word in it."""
+    parts = node.values if isinstance(node, ast.JoinedStr) else [node]
+    return any(isinstance(p, ast.Constant) and isinstance(p.value, str) and WORD.search(p.value) for p in parts)
+
+
+def test_every_text_of_a_lessons_own_figure_goes_through_label():
+    typed = [f"{where}:{node.lineno}" for where, tree in LESSONS for node in ast.walk(tree) if isinstance(node, ast.Call)
+             for arg in [*(node.args if getattr(node.func, "attr", None) in FIGURE_TEXT_METHODS else ()),
+                         *(k.value for k in node.keywords if k.arg and (k.arg.endswith(("label", "title")) or
+                                                                        k.arg in ("x_unit", "ceiling_name")))]
+             if _words(arg)]
+    assert not typed, ("a figure text typed in English stays English in the Chinese lesson: pass it through "
+                       f"autograder.plots.label (and give it its Chinese in autograder/messages/lessons.yaml) at: {typed}")
 
 
 @pytest.mark.parametrize("lang", [lang for lang in language.LANGUAGES if lang != "en"])
@@ -92,3 +126,30 @@ def test_with_a_chinese_font_figures_are_labelled_in_chinese(monkeypatch):
     set_language("zh")
     fig = plots.bar_gbps({"a": 1.0, "b": 2.0}, ceiling_gbps=3.0)
     assert CJK.search(" ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))))
+
+
+def test_a_lessons_own_figure_text_follows_the_language_and_the_fonts(monkeypatch):
+    import matplotlib
+    from autograder import plots
+    monkeypatch.setattr(plots, "cjk_fonts", lambda: [])
+    set_language("zh")
+    assert plots.label("tile {i}", i=3) == "tile 3"  # boxes otherwise
+    monkeypatch.setattr(plots, "cjk_fonts", lambda: ["Noto Sans CJK SC"])
+    with matplotlib.rc_context():
+        set_language("zh")  # before the figures are made: a text's fonts are fixed when it is
+        assert plots.label("tile {i}", i=3) == "分块 3"
+        assert matplotlib.rcParams["font.family"][-1] == "Noto Sans CJK SC"  # for the glyphs DejaVu Sans lacks
+
+
+def test_no_lesson_cell_rebinds_label_where_later_cells_would_see_it():
+    scoped = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+              ast.DictComp, ast.GeneratorExp)
+
+    def bound(node) -> list[int]:
+        if isinstance(node, scoped):
+            return []
+        here = [node.lineno] if isinstance(node, ast.Name) and node.id == "label" and isinstance(node.ctx, ast.Store) else []
+        return here + [line for child in ast.iter_child_nodes(node) for line in bound(child)]
+
+    rebound = [f"{where}:{line}" for where, tree in LESSONS for line in bound(tree)]
+    assert not rebound, f"a notebook-level `label` hides autograder.plots.label from the cells after it: {rebound}"
