@@ -3,9 +3,10 @@
 ``python -m autograder.bench --out results/gpu`` measures the device's ceilings (the copy
 bandwidth; the ``torch.matmul`` rate in float16 and bfloat16), runs every sweep of
 :mod:`autograder.bench.sweeps` (a reference kernel against its PyTorch counterpart over sizes,
-each with its goal), grades each reference solution exactly as a student's submission is
-graded (correctness on the GPU cases, then the throughput verdict ``REPEATS`` times to show
-its spread), and writes ``RESULTS.md`` (the goals first), ``results.json`` (everything) and
+each with its goal), checks each reference solution as a student's self-check does
+(:func:`autograder.check.check`: correctness on the GPU cases, then the throughput verdict
+``REPEATS`` times to show its spread; in this process, timed by ``do_bench``, not by the judge's
+clock, :mod:`autograder.grading.clock`), and writes ``RESULTS.md`` (the goals first), ``results.json`` (everything) and
 one plot per sweep. Both files are rewritten after each part, so a run cut short keeps what
 it measured. ``--only softmax,ps1_broadcast_add`` runs a part: sweeps by name or by solution
 module, gradings by exercise. Progress goes to stdout as it happens, one line per sweep point.
@@ -267,9 +268,9 @@ def sweep_section(r: dict) -> list[str]:
 
 
 def grading_table(rows: list[dict]) -> list[str]:
-    lines = ["Each reference solution graded exactly as a submission: every correctness case on the GPU, then "
-             f"the throughput verdict {REPEATS} times; ratio = PyTorch time / solution time (medians of "
-             "alternating rounds).", "",
+    lines = ["Each reference solution checked as a student's self-check does (in-process, timed by do_bench, not "
+             f"by the judge's clock): every correctness case on the GPU, then the throughput verdict {REPEATS} "
+             "times; ratio = PyTorch time / solution time (medians of alternating rounds).", "",
              "| exercise | correct | case | threshold | median ratio | ratio range | solution | "
              "PyTorch | of ceiling | verdicts |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
