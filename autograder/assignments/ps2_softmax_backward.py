@@ -83,8 +83,8 @@ EXERCISE = Exercise(
     solution="solutions.softmax_backward",
     visible_cases={"cpu": _CPU, "cuda": _GPU},
     # 8192 × 8192 float32, 0.2 ms a call on an H200: at 4096 × 4096 (0.05 ms) the Python issuing a
-    # call and the judge's reads of its output weighed as much as the call, and two verdicts of the
-    # judge on the reference read 1.36× and 1.83× (H200, 2026-12-05). At 8192 × 8192 the reference
+    # call and the judge's reads of its output weighed as much as the call, and three verdicts of
+    # the judge on the reference read 1.36-1.83× (H200, 2026-12-05). At 8192 × 8192 the reference
     # ran at 1.93-1.98× PyTorch in-process in four verdicts on an H200 (the judge's clock not yet
     # measured at this size; on lesson 4's forward softmax it gave 0.82-0.88 of the in-process
     # ratio, results/gpu/judge-2026-12-04.md): 1.3× leaves the reference room, and a kernel that

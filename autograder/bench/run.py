@@ -6,10 +6,11 @@ bandwidth; the ``torch.matmul`` rate in float16 and bfloat16), runs every sweep 
 each with its goal), checks each reference solution as a student's self-check does
 (:func:`autograder.check.check`: correctness on the GPU cases, then the throughput verdict
 ``REPEATS`` times to show its spread; in this process, timed by ``do_bench``, not by the judge's
-clock, :mod:`autograder.grading.clock`), and writes ``RESULTS.md`` (the goals first), ``results.json`` (everything) and
-one plot per sweep. Both files are rewritten after each part, so a run cut short keeps what
-it measured. ``--only softmax,ps1_broadcast_add`` runs a part: sweeps by name or by solution
-module, gradings by exercise. Progress goes to stdout as it happens, one line per sweep point.
+clock, :mod:`autograder.grading.clock`), and writes ``RESULTS.md`` (the goals first),
+``results.json`` (everything) and one plot per sweep. Both files are rewritten after each part,
+so a run cut short keeps what it measured. ``--only softmax,ps1_broadcast_add`` runs a part:
+sweeps by name or by solution module, gradings by exercise. Progress goes to stdout as it
+happens, one line per sweep point.
 
 Time on an H200, estimated, not yet measured (each part records its seconds): a function's
 median is one or two ``do_bench`` runs of 25 ms warm-up + 100 ms (two when a call is under
