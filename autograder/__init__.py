@@ -2,6 +2,6 @@
 from .check import check, grade
 from .device import setup_device
 from .memory_trace import trace
-from .language import set_language
+from .language import say, set_language
 
-__all__ = ["check", "grade", "set_language", "setup_device", "trace"]
+__all__ = ["check", "grade", "say", "set_language", "setup_device", "trace"]

@@ -5,7 +5,6 @@ import functools
 import inspect
 import re
 import traceback
-import unicodedata
 from pathlib import Path
 from typing import NamedTuple
 
@@ -315,18 +314,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
             beside[name] = torch.broadcast_to(t.detach().to(got.device), got.shape)
         except RuntimeError:  # another shape (a matmul's operands): nothing to show at the index
             continue
-    lines.append(_right(say("index"), 14) + "".join(f"  {name:>12}" for name in beside)
-                 + f"  {_right(say('yours'), 12)}  {_right(say('expected'), 12)}")
+    lines.append(f"{say('index'):>14}" + "".join(f"  {name:>12}" for name in beside)
+                 + f"  {say('yours'):>12}  {say('expected'):>12}")
     for idx in bad[:SHOWN_MISMATCHES].tolist():
         at = tuple(idx)
         lines.append(f"{str(at):>14}" + "".join(f"  {t[at].item():>12.6g}" for t in beside.values())
                      + f"  {got[at].item():>12.6g}  {want[at].item():>12.6g}")
     return "\n".join(lines)
-
-
-def _right(text: str, width: int) -> str:
-    """``text`` right-aligned in ``width`` columns of a terminal, where a Chinese character takes two."""
-    return text.rjust(width - sum(unicodedata.east_asian_width(c) in "WF" for c in text))
 
 
 def explain_exception(exercise: Exercise, error: BaseException) -> Problem:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
+import unicodedata
 from pathlib import Path
 from typing import Callable
 
@@ -72,10 +74,25 @@ def catalogue() -> dict[str, dict[str, str]]:
     return {e["en"]: {lang: text for lang, text in e.items() if lang != "en"} for e in entries}
 
 
-def say(template: str, /, **values) -> str:
+class Spoken(str):
+    """A sentence :func:`say` returns. Formatted to a width (``f"{say('step'):>10}"``) it pads by
+    the columns a terminal gives it, where a Chinese character takes two, so tables line up in
+    every language."""
+
+    _WIDTH = re.compile(r"^((?:.?[<>=^])?[-+ ]?z?#?0?)(\d+)")
+
+    def __format__(self, spec: str) -> str:
+        wide = sum(unicodedata.east_asian_width(c) in "WF" for c in self)
+        match = self._WIDTH.match(spec)
+        if wide and match:
+            spec = f"{match[1]}{max(int(match[2]) - wide, 0)}{spec[match.end():]}"
+        return format(str(self), spec)
+
+
+def say(template: str, /, **values) -> Spoken:
     """``template`` in the language in use, its placeholders filled from ``values``. A sentence
     the catalogue lacks stays English (a test keeps the catalogue complete)."""
-    return translated(template, get_language()).format(**values)
+    return Spoken(translated(template, get_language()).format(**values))
 
 
 def translated(template: str, lang: str) -> str:

@@ -36,8 +36,8 @@ def calls_of(name: str, trees) -> list[tuple[str, ast.expr | None]]:
 
 LESSONS = lesson_code()
 CALLS = calls_of("say", [(str(path.relative_to(PACKAGE)), ast.parse(path.read_text()))
-                         for path in sorted(PACKAGE.rglob("*.py"))]) + calls_of("label", LESSONS)
-"""Every sentence the catalogue must hold: the package's say() and the lessons' label()."""
+                         for path in sorted(PACKAGE.rglob("*.py"))]) + calls_of("say", LESSONS) + calls_of("label", LESSONS)
+"""Every sentence the catalogue must hold: the package's say(), the lessons' say() and label()."""
 
 
 def placeholders(text: str) -> set[tuple[str, str]]:
@@ -71,6 +71,33 @@ def test_every_text_of_a_lessons_own_figure_goes_through_label():
              if _words(arg)]
     assert not typed, ("a figure text typed in English stays English in the Chinese lesson: pass it through "
                        f"autograder.plots.label (and give it its Chinese in autograder/messages/lessons.yaml) at: {typed}")
+
+
+def _typed(node: ast.expr) -> list[str]:
+    """The string literals with a word in them that ``node`` prints as typed, not through say()."""
+    if isinstance(node, ast.Constant):
+        return [node.value] if isinstance(node.value, str) and WORD.search(node.value) else []
+    parts = {ast.JoinedStr: lambda n: n.values, ast.FormattedValue: lambda n: [n.value],
+             ast.BinOp: lambda n: [n.left, n.right], ast.IfExp: lambda n: [n.body, n.orelse]}.get(type(node))
+    if parts is None and isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("format", "join"):
+        parts = lambda n: [n.func.value]  # noqa: E731 - "...".format(...), ", ".join(...)
+    return [text for part in parts(node) for text in _typed(part)] if parts else []
+
+
+def test_every_sentence_a_lesson_prints_goes_through_say():
+    typed = [f"{where}:{node.lineno} {texts}" for where, tree in LESSONS for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"
+             for texts in [[text for arg in node.args for text in _typed(arg)]] if texts]
+    assert not typed, ("a sentence a lesson prints in English stays English in the Chinese lesson: pass it through "
+                       "autograder.language.say (its Chinese in autograder/messages/lessons.yaml) at:\n"
+                       + "\n".join(typed))
+
+
+def test_a_spoken_sentence_keeps_its_columns_in_every_language(monkeypatch):
+    monkeypatch.setattr(language, "catalogue", lambda: {"step": {"zh": "步骤"}})
+    english = f"{say('step'):>8}|{say('step'):<6}|"
+    set_language("zh")
+    assert (english, f"{say('step'):>8}|{say('step'):<6}|") == ("    step|step  |", "    步骤|步骤  |")
 
 
 @pytest.mark.parametrize("lang", [lang for lang in language.LANGUAGES if lang != "en"])
