@@ -64,7 +64,9 @@ c.GenerateAssignment.preprocessors = [
 ]
 
 # What a student's version holds where the solution was: a sentence, not a bare exception.
-c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedError("your code goes here")'}
+from autograder.instructor.translation import code_stub  # noqa: E402 - after get_config, as nbgrader reads it
+
+c.ClearSolutions.code_stub = code_stub()
 
 # Feedback shows the verdicts of hidden tests but not their code.
 c.GenerateFeedback.preprocessors = [

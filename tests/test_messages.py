@@ -15,12 +15,12 @@ PACKAGE = Path(language.__file__).parent
 ROOT = PACKAGE.parent
 
 
-def lesson_code() -> list[tuple[str, ast.Module]]:
-    """(where, syntax tree) of every code cell of the English lessons (the Chinese ones run the same
-    code), IPython's magics turned into Python."""
+def notebook_code() -> list[tuple[str, ast.Module]]:
+    """(where, syntax tree) of every code cell of the English lessons and problem sets (the Chinese
+    ones run the same code), IPython's magics turned into Python."""
     from IPython.core.inputtransformer2 import TransformerManager
     cells = []
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in [*sorted((ROOT / "notebooks").glob("*.ipynb")), *sorted((ROOT / "source").glob("*/*.ipynb"))]:
         for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
             if cell.cell_type == "code":
                 cells.append((f"{path.name} cell {i}", ast.parse(TransformerManager().transform_cell(cell.source))))
@@ -34,10 +34,10 @@ def calls_of(name: str, trees) -> list[tuple[str, ast.expr | None]]:
             if isinstance(node, ast.Call) and name in (getattr(node.func, "id", None), getattr(node.func, "attr", None))]
 
 
-LESSONS = lesson_code()
-CALLS = calls_of("say", [(str(path.relative_to(PACKAGE)), ast.parse(path.read_text()))
-                         for path in sorted(PACKAGE.rglob("*.py"))]) + calls_of("say", LESSONS) + calls_of("label", LESSONS)
-"""Every sentence the catalogue must hold: the package's say(), the lessons' say() and label()."""
+NOTEBOOKS = notebook_code()
+PACKAGE_CODE = [(str(path.relative_to(PACKAGE)), ast.parse(path.read_text())) for path in sorted(PACKAGE.rglob("*.py"))]
+CALLS = calls_of("say", PACKAGE_CODE) + calls_of("say", NOTEBOOKS) + calls_of("label", NOTEBOOKS)
+"""Every sentence the catalogue must hold: the package's say(), the notebooks' say() and label()."""
 
 
 def placeholders(text: str) -> set[tuple[str, str]]:
@@ -64,7 +64,7 @@ def _words(node: ast.expr) -> bool:
 
 
 def test_every_text_of_a_lessons_own_figure_goes_through_label():
-    typed = [f"{where}:{node.lineno}" for where, tree in LESSONS for node in ast.walk(tree) if isinstance(node, ast.Call)
+    typed = [f"{where}:{node.lineno}" for where, tree in NOTEBOOKS for node in ast.walk(tree) if isinstance(node, ast.Call)
              for arg in [*(node.args if getattr(node.func, "attr", None) in FIGURE_TEXT_METHODS else ()),
                          *(k.value for k in node.keywords if k.arg and (k.arg.endswith(("label", "title")) or
                                                                         k.arg in ("x_unit", "ceiling_name")))]
@@ -84,12 +84,12 @@ def _typed(node: ast.expr) -> list[str]:
     return [text for part in parts(node) for text in _typed(part)] if parts else []
 
 
-def test_every_sentence_a_lesson_prints_goes_through_say():
-    typed = [f"{where}:{node.lineno} {texts}" for where, tree in LESSONS for node in ast.walk(tree)
+def test_every_sentence_a_notebook_prints_goes_through_say():
+    typed = [f"{where}:{node.lineno} {texts}" for where, tree in NOTEBOOKS for node in ast.walk(tree)
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"
              for texts in [[text for arg in node.args for text in _typed(arg)]] if texts]
-    assert not typed, ("a sentence a lesson prints in English stays English in the Chinese lesson: pass it through "
-                       "autograder.language.say (its Chinese in autograder/messages/lessons.yaml) at:\n"
+    assert not typed, ("a sentence a notebook prints in English stays English in its Chinese version: pass it through "
+                       "autograder.language.say (its Chinese in autograder/messages/notebook_output.yaml) at:\n"
                        + "\n".join(typed))
 
 
@@ -178,5 +178,5 @@ def test_no_lesson_cell_rebinds_label_where_later_cells_would_see_it():
         here = [node.lineno] if isinstance(node, ast.Name) and node.id == "label" and isinstance(node.ctx, ast.Store) else []
         return here + [line for child in ast.iter_child_nodes(node) for line in bound(child)]
 
-    rebound = [f"{where}:{line}" for where, tree in LESSONS for line in bound(tree)]
+    rebound = [f"{where}:{line}" for where, tree in NOTEBOOKS for line in bound(tree)]
     assert not rebound, f"a notebook-level `label` hides autograder.plots.label from the cells after it: {rebound}"

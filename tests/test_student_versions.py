@@ -44,12 +44,22 @@ def test_the_badge_opens_the_student_version(version):
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_both_languages_grade_the_same_cells_for_the_same_points(assignment):
-    def graded(language):
+def test_both_languages_grade_the_same_cells_for_the_same_points(assignment, monkeypatch):
+    def stub(language) -> list[str]:
+        monkeypatch.setenv("TRITON_COURSE_LANG", language)
+        return translation.code_stub()["python"].splitlines()
+
+    def english(source: str, language: str) -> str:  # the answer cells' stub speaks the student's language
+        for theirs, ours in zip(stub(language), stub("en")):
+            source = source.replace(theirs, ours)
+        return source
+
+    def graded(language):  # an answer cell's checksum follows its stub; autograde reads it only in graded cells
         nb = nbformat.read(student_versions.student_path(assignment, language), as_version=4)
-        return [(c.cell_type, c.source if c.cell_type == "code" else "", c.metadata.get("nbgrader"))
+        return [(c.cell_type, english(c.source, language) if c.cell_type == "code" else "",
+                 {k: v for k, v in c.metadata["nbgrader"].items() if k != "checksum" or c.metadata["nbgrader"].get("grade")})
                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")]
-    assert graded("en") == graded("zh")
+    assert stub("zh") != stub("en") and graded("en") == graded("zh")
 
 
 @pytest.mark.slow
@@ -76,7 +86,7 @@ def test_the_student_version_runs_and_only_its_tests_fail(version, monkeypatch):
     assert all(e.ename == ("GradingFailure" if name in graded else "NotImplementedError")
                for name, e in failed.items()), {k: v.ename for k, v in failed.items()}
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "your code goes here" in printed
+    assert ("your code goes here" if language == "en" else "请在这里写你的代码") in printed  # the stub's sentence
     if language == "en":
         assert "not written yet" in printed and "needs a GPU" in printed
     else:  # the check's and the grader's verdicts in the student's language

@@ -24,6 +24,7 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from .. import figures, settings
+from ..language import say, speaking
 
 ZH_LANGUAGE_CELL = ("from autograder import set_language\n\n"
                     "set_language(\"zh\")  # 测验、检查结果和提示以中文显示")
@@ -38,7 +39,8 @@ def source_digest(text: str) -> str:
 
 def translate(nb: nbformat.NotebookNode, table_path: Path, name: str) -> nbformat.NotebookNode:
     """``nb`` in Chinese, in place: each hand-written Markdown cell from the table, and a cell
-    switching the course's messages to Chinese after the cell that sets up the device."""
+    switching the course's messages to Chinese just before the cell that sets up the device (whose
+    banner is the first thing the course says)."""
     table = yaml.safe_load(table_path.read_text()) if table_path.exists() else None
     if table is None:
         raise FileNotFoundError(f"{table_path}: no Chinese translation of {name}")
@@ -55,8 +57,15 @@ def translate(nb: nbformat.NotebookNode, table_path: Path, name: str) -> nbforma
     setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "setup_device(" in c.source)
     language = nbformat.v4.new_code_cell(ZH_LANGUAGE_CELL)
     language.id = f"zh{nb.cells[setup].id}"[:64]
-    nb.cells.insert(setup + 1, language)
+    nb.cells.insert(setup, language)
     return nb
+
+
+def code_stub() -> dict[str, str]:
+    """What a student's version holds where a solution was (nbgrader's ``ClearSolutions.code_stub``),
+    in the language of ``TRITON_COURSE_LANG``: a sentence, not a bare exception."""
+    with speaking(settings.LANG.get()):
+        return {"python": say('# YOUR CODE HERE\nraise NotImplementedError("your code goes here")')}
 
 
 class Translate(NbGraderPreprocessor):
