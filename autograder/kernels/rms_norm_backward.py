@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 
 def rms_norm_dx(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx of the layer at (x, w) for the output gradient dy: the forward (for r), then the backward.
@@ -33,7 +35,7 @@ def rms_norm_dw(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, strategy: st
     if strategy == "atomic":
         return rms_norm_backward_atomic(x, w, r, dy)[1]
     if strategy not in ("grouped", "per_row"):
-        raise ValueError(f"strategy is 'grouped', 'per_row' or 'atomic', not {strategy!r}")
+        raise ValueError(say("strategy is 'grouped', 'per_row' or 'atomic', not {strategy!r}", strategy=strategy))
     return rms_norm_backward(x, w, r, dy, groups=GROUPS if strategy == "grouped" else None)[1]
 
 
@@ -72,7 +74,7 @@ def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> tupl
     """y = x · r · w for each row of a 2-D ``x``, and ``r`` (one per row) for the backward."""
     assert x.ndim == 2 and w.shape == (x.shape[1],), f"x is (M, N) and w is (N,); got {tuple(x.shape)}, {tuple(w.shape)}"
     if "meta" in (x.device.type, w.device.type):  # launched, a kernel would read address 0 and fault
-        raise NotImplementedError("a Triton kernel reads its tensors' memory, and meta tensors have none")
+        raise NotImplementedError(say("a Triton kernel reads its tensors' memory, and meta tensors have none"))
     if x.stride(1) != 1:
         x = x.contiguous()  # rows may be strided (a slice x[:, :n]); columns must be adjacent
     n_rows, n_cols = x.shape

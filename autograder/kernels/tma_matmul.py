@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: programs ---
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 INTERPRETER_PROGRAMS = 4  # few, so that each program of a small interpreted launch computes several tiles
@@ -42,9 +44,9 @@ def waves(tiles: int, programs: int) -> str:
     """How ``tiles`` tiles fall on ``programs`` SMs, one tile per SM at a time."""
     full, last = divmod(tiles, programs)
     if last == 0:
-        return f"{tiles} tiles = {full} full waves of {programs}"
-    return (f"{tiles} tiles = {tiles / programs:.2f} waves: {full} full, then {last} tiles "
-            f"with {programs - last} of {programs} SMs idle")
+        return say("{tiles} tiles = {full} full waves of {programs}", tiles=tiles, full=full, programs=programs)
+    return say("{tiles} tiles = {waves:.2f} waves: {full} full, then {last} tiles with {idle} of {programs} SMs idle",
+               tiles=tiles, waves=tiles / programs, full=full, last=last, idle=programs - last, programs=programs)
 
 
 # --- notebook cell: persistent ---
@@ -80,14 +82,15 @@ def persistent_matmul_kernel(a_ptr, b_ptr, c_ptr, owners_ptr, visits_ptr, M, N, 
 def check_matmul_operands(name: str, a: torch.Tensor, b: torch.Tensor, dtypes) -> None:
     """Raise ValueError, in a sentence, unless a (M×K) and b (K×N) can be multiplied here."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"{name} takes a (M, K) and a (K, N) tensor, got shapes {tuple(a.shape)} "
-                         f"and {tuple(b.shape)}")
+        raise ValueError(say("{name} takes a (M, K) and a (K, N) tensor, got shapes {a} and {b}",
+                             name=name, a=tuple(a.shape), b=tuple(b.shape)))
     if a.dtype != b.dtype and not (a.dtype.itemsize == b.dtype.itemsize == 1):
-        raise ValueError(f"{name}: a and b need one dtype, got {a.dtype} and {b.dtype}")
+        raise ValueError(say("{name}: a and b need one dtype, got {a} and {b}", name=name, a=a.dtype, b=b.dtype))
     if a.dtype not in dtypes or b.dtype not in dtypes:
-        raise ValueError(f"{name} takes {', '.join(map(str, dtypes))}, got {a.dtype} and {b.dtype}")
+        raise ValueError(say("{name} takes {dtypes}, got {a} and {b}",
+                             name=name, dtypes=", ".join(map(str, dtypes)), a=a.dtype, b=b.dtype))
     if a.device != b.device:
-        raise ValueError(f"{name}: a is on {a.device} and b on {b.device}; put them on one device")
+        raise ValueError(say("{name}: a is on {a} and b on {b}; put them on one device", name=name, a=a.device, b=b.device))
 
 
 def persistent_matmul(a: torch.Tensor, b: torch.Tensor, group_m: int = 8, programs: int | None = None) -> torch.Tensor:
@@ -196,15 +199,15 @@ def descriptor_problems(name: str, t: torch.Tensor) -> list[str]:
     size = t.element_size()
     problems = []
     if t.stride(1) != 1:
-        problems.append(f"{name}'s last dimension is not contiguous (strides {tuple(t.stride())}): a "
-                        "descriptor copies runs of adjacent elements")
+        problems.append(say("{name}'s last dimension is not contiguous (strides {strides}): a descriptor copies "
+                            "runs of adjacent elements", name=name, strides=tuple(t.stride())))
     if t.data_ptr() % 16:
-        problems.append(f"{name} starts at an address {t.data_ptr() % 16} bytes past a multiple of 16: "
-                        "a descriptor's base must be 16-byte aligned")
+        problems.append(say("{name} starts at an address {offset} bytes past a multiple of 16: a descriptor's "
+                            "base must be 16-byte aligned", name=name, offset=t.data_ptr() % 16))
     if (t.stride(0) * size) % 16:
-        problems.append(f"{name}'s rows are {t.stride(0)} elements ({t.stride(0) * size} bytes) apart: a "
-                        f"descriptor needs a multiple of 16 bytes ({16 // size} {str(t.dtype).removeprefix('torch.')} "
-                        "elements)")
+        problems.append(say("{name}'s rows are {stride} elements ({nbytes} bytes) apart: a descriptor needs a "
+                            "multiple of 16 bytes ({elements} {dtype} elements)", name=name, stride=t.stride(0),
+                            nbytes=t.stride(0) * size, elements=16 // size, dtype=str(t.dtype).removeprefix("torch.")))
     return problems
 
 
@@ -215,8 +218,9 @@ def _launch_tma(name, a, b, c, scales, fast_accum, group_m, programs, warp_speci
     problems = [p for label, t in (("a", a), ("b" if not b_kmajor else "bᵀ", b_stored), ("c", c))
                 for p in descriptor_problems(label, t)]
     if problems:  # on a GPU nothing else would say so: the copy engine would get a bad descriptor
-        raise ValueError(f"{name}: " + "; ".join(problems) + ". (A new tensor is aligned; pad an inner "
-                         "dimension to a multiple of 16 bytes, or use persistent_matmul, which reads through pointers.)")
+        raise ValueError(say("{name}: {problems}. (A new tensor is aligned; pad an inner dimension to a multiple of "
+                             "16 bytes, or use persistent_matmul, which reads through pointers.)",
+                             name=name, problems="; ".join(problems)))
     M, K = a.shape
     N = b.shape[1]
     programs = programs or programs_for(a.device)
@@ -256,7 +260,7 @@ def quantize_fp8(x: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3fn) -> t
     """(x8, scale) with x ≈ x8.float() · scale: one float32 scale for the whole tensor, which maps
     its largest magnitude to the format's largest value."""
     if dtype not in FP8_MAX:
-        raise ValueError(f"quantize_fp8 makes float8_e4m3fn or float8_e5m2, not {dtype}")
+        raise ValueError(say("quantize_fp8 makes float8_e4m3fn or float8_e5m2, not {dtype}", dtype=dtype))
     scale = (x.abs().max().float() / FP8_MAX[dtype]).clamp_min(torch.finfo(torch.float32).tiny)
     x8 = (x.float() / scale).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
     return x8, scale
@@ -275,16 +279,16 @@ def fp8_matmul(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b:
     """
     check_matmul_operands("fp8_matmul", a, b, tuple(FP8_MAX))
     if b.stride(0) != 1:
-        raise ValueError(f"fp8_matmul: b must be column-major (strides (1, K), as b = w.t() for a "
-                         f"contiguous (N, K) w), got strides {tuple(b.stride())}: FP8 tensor cores read "
-                         "both operands along K, and torch._scaled_mm asks the same")
+        raise ValueError(say("fp8_matmul: b must be column-major (strides (1, K), as b = w.t() for a contiguous "
+                             "(N, K) w), got strides {strides}: FP8 tensor cores read both operands along K, and "
+                             "torch._scaled_mm asks the same", strides=tuple(b.stride())))
     for label, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(s, torch.Tensor) or s.numel() != 1 or s.dtype != torch.float32 or s.device != a.device:
-            raise ValueError(f"fp8_matmul: {label} must be one float32 on {a.device} (a per-tensor scale), got "
-                             f"{s.dtype if isinstance(s, torch.Tensor) else type(s).__name__} "
-                             f"{tuple(s.shape) if isinstance(s, torch.Tensor) else ''}".rstrip())
+            got = f"{s.dtype} {tuple(s.shape)}" if isinstance(s, torch.Tensor) else type(s).__name__
+            raise ValueError(say("fp8_matmul: {name} must be one float32 on {device} (a per-tensor scale), got {got}",
+                                 name=label, device=a.device, got=got))
     if out_dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"fp8_matmul writes float16 or bfloat16, not {out_dtype}")
+        raise ValueError(say("fp8_matmul writes float16 or bfloat16, not {dtype}", dtype=out_dtype))
     c = torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=a.device)
     return _launch_tma("fp8_matmul", a, b, c, (scale_a, scale_b), fast_accum, group_m, programs, False, None)
 
