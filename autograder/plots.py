@@ -38,8 +38,30 @@ def _installed() -> set[str]:
 
 
 def cjk_fonts() -> list[str]:
-    """The fonts of :data:`CJK_FONTS` that matplotlib finds on this machine."""
-    return [name for name in CJK_FONTS if name in _installed()]
+    """The fonts of :data:`CJK_FONTS` that matplotlib finds on this machine, fonts installed since
+    matplotlib cached its list included (:func:`_add_uncached_fonts`)."""
+    found = [name for name in CJK_FONTS if name in _installed()]
+    if not found and _add_uncached_fonts():
+        found = [name for name in CJK_FONTS if name in _installed()]
+    return found
+
+
+@functools.cache
+def _add_uncached_fonts() -> int:
+    """Add to matplotlib's font list the system's fonts that it lacks, and return how many.
+    matplotlib reads its list from a cache made the first time it ran, so a font installed later
+    (``apt-get install fonts-noto-cjk`` in a course already used) is invisible until that cache is
+    rebuilt. Once per process, and only where a CJK font is wanted and none is known."""
+    known = {font.fname for font in font_manager.fontManager.ttflist}
+    added = 0
+    for path in font_manager.findSystemFonts():
+        if path not in known:
+            try:
+                font_manager.fontManager.addfont(path)
+                added += 1
+            except (OSError, RuntimeError, ValueError):  # a file matplotlib cannot read: its own scan skips those too
+                continue
+    return added
 
 
 def readable(fig: Figure) -> Figure:

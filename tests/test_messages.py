@@ -155,6 +155,23 @@ def test_with_a_chinese_font_figures_are_labelled_in_chinese(monkeypatch):
     assert CJK.search(" ".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))))
 
 
+def test_a_font_installed_after_matplotlib_cached_its_list_is_found(monkeypatch):
+    # as after `apt-get install fonts-noto-cjk` on a machine where matplotlib already ran; played
+    # with matplotlib's own DejaVu Sans, so that it runs where no CJK font is installed (CI)
+    from matplotlib import font_manager
+    from autograder import plots
+    bundled = font_manager.findfont("DejaVu Sans")
+    monkeypatch.setattr(font_manager.fontManager, "ttflist",
+                        [f for f in font_manager.fontManager.ttflist if f.name != "DejaVu Sans"])
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda: [bundled])
+    monkeypatch.setattr(plots, "CJK_FONTS", ("DejaVu Sans",))
+    plots._add_uncached_fonts.cache_clear()
+    try:
+        assert plots.cjk_fonts() == ["DejaVu Sans"]
+    finally:
+        plots._add_uncached_fonts.cache_clear()
+
+
 def test_a_lessons_own_figure_text_follows_the_language_and_the_fonts(monkeypatch):
     import matplotlib
     from autograder import plots
