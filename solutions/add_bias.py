@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: add_bias ---
 @triton.jit
 def add_bias_kernel(x_ptr, bias_ptr, out_ptr, n_cols, stride_x_row, stride_out_row,
@@ -25,8 +27,8 @@ def add_bias_kernel(x_ptr, bias_ptr, out_ptr, n_cols, stride_x_row, stride_out_r
 
 def add_bias(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """x + bias for x of shape (rows, cols) and bias of shape (cols,); a new (rows, cols) tensor."""
-    assert x.ndim == 2 and bias.shape == (x.shape[1],), "x is (rows, cols) and bias is (cols,)"
-    assert x.stride(1) == 1 and bias.stride(0) == 1, "each row of x, and bias, must be contiguous"
+    assert x.ndim == 2 and bias.shape == (x.shape[1],), say("x is (rows, cols) and bias is (cols,)")
+    assert x.stride(1) == 1 and bias.stride(0) == 1, say("each row of x, and bias, must be contiguous")
     n_rows, n_cols = x.shape
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     # One program per row, the whole row in one block: 4096 float32 columns are 16 KB per

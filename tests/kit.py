@@ -4,7 +4,7 @@ as the tests import ``conftest``).
 - Which cases a version fails: :func:`failed_labels` checks ``fn`` and gives the labels of the
   cases it fails with the result; :func:`labels` gives the labels of the cases a test expects.
 - A notebook's exercise stub: :func:`notebook_code` (its code cells), :func:`notebook_stub` (the
-  one cell raising ``NotImplementedError("write me…")``), :func:`load_stub` (that cell as a
+  one cell raising ``NotImplementedError(say("write me…"))``), :func:`load_stub` (that cell as a
   module) and :func:`assert_not_written` (a stub is reported "not written yet" on every case).
 - Wrong versions made from the right one: :func:`mutant` is a ``solutions/`` module with exact
   edits applied, loaded as a fresh module, so a wrong version is the reference with one edit;
@@ -34,8 +34,9 @@ from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, layer_gra
 from autograder.lesson_kernels.rms_norm_backward_dw import DW_TOLERANCES
 from conftest import DEVICE, ROOT, venv_env
 
-STUB_MARK = 'NotImplementedError("write me'  # "write me" or "write me: <what to do>"
-NOTEBOOK_IMPORTS = "import torch\nimport triton\nimport triton.language as tl\n\n"  # what a stub cell assumes
+STUB_MARK = 'NotImplementedError(say("write me'  # "write me" or "write me: <what to do>"
+NOTEBOOK_IMPORTS = ("import torch\nimport triton\nimport triton.language as tl\n\n"  # what a stub cell assumes
+                    "from autograder import say\n\n")
 
 _FILES = tempfile.TemporaryDirectory(prefix="test-kit-")  # removed when the test process ends
 _NUMBERS = itertools.count()
@@ -78,7 +79,7 @@ def notebook_code(notebook) -> list[str]:
 
 
 def notebook_stub(notebook) -> str:
-    """The source of the exercise stub: the one code cell that raises ``NotImplementedError("write me…")``."""
+    """The source of the exercise stub: the one code cell that raises ``NotImplementedError(say("write me…"))``."""
     stubs = [source for source in notebook_code(notebook) if STUB_MARK in source]
     assert len(stubs) == 1, f"{Path(notebook).name} should hold exactly one exercise stub, not {len(stubs)}"
     return stubs[0]

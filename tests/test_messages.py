@@ -93,6 +93,18 @@ def test_every_sentence_a_notebook_prints_goes_through_say():
                        + "\n".join(typed))
 
 
+def test_every_refusal_a_lesson_raises_goes_through_say():
+    # raise X("...") and assert ..., "..." in the lessons' code: what a student passing a wrong input reads
+    # (a problem set's own are in its solution regions, which its students never see)
+    typed = [f"{where}:{node.lineno} {texts}" for where, tree in NOTEBOOKS if not where.startswith("ps")
+             for node in ast.walk(tree)
+             for message in ([node.msg] if isinstance(node, ast.Assert) and node.msg is not None else
+                             node.exc.args if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) else [])
+             for texts in [_typed(message)] if texts]
+    assert not typed, "a refusal typed in English stays English in the Chinese lesson: pass it through say() at:\n" + \
+        "\n".join(typed)
+
+
 def test_a_spoken_sentence_keeps_its_columns_in_every_language(monkeypatch):
     monkeypatch.setattr(language, "catalogue", lambda: {"step": {"zh": "步骤"}})
     english = f"{say('step'):>8}|{say('step'):<6}|"

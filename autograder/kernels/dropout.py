@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 
 # --- notebook cell: uniform ---
 BLOCK_SIZE = 1024  # elements per program, as in lesson 2's vector add
@@ -45,7 +47,7 @@ def dropout_kernel(y_ptr, x_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
 def dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     """Zero each element of x with probability p, scale the rest by 1 / (1 - p). The mask is a
     function of (seed, element index in x's logical order): the same seed, the same mask."""
-    assert 0 <= p < 1, f"p is a probability below 1, got {p}"
+    assert 0 <= p < 1, say("p is a probability below 1, got {p}", p=p)
     x = x.contiguous()  # element i of the flat, row-major order is offset i
     y = torch.empty_like(x)
     n = x.numel()

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: naive_attention ---
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
     """softmax(q·kᵀ / sqrt(head_dim))·v in four PyTorch operations, each its own kernel.
@@ -139,15 +141,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               sm_scale: float | None = None) -> torch.Tensor:
     """softmax(q·kᵀ·sm_scale)·v for (batch, heads, seq, head_dim) tensors, sm_scale defaulting
     to 1/sqrt(head_dim); causal: query i attends to keys 0..i only."""
-    assert q.ndim == 4 and q.shape == k.shape == v.shape, \
-        f"q, k, v must share one (batch, heads, seq, head_dim) shape, got {q.shape}, {k.shape}, {v.shape}"
-    assert q.dtype == k.dtype == v.dtype, f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+    assert q.ndim == 4 and q.shape == k.shape == v.shape, say(
+        "q, k, v must share one (batch, heads, seq, head_dim) shape, got {q}, {k}, {v}", q=q.shape, k=k.shape, v=v.shape)
+    assert q.dtype == k.dtype == v.dtype, say("q, k, v must share a dtype, got {q}, {k}, {v}",
+                                              q=q.dtype, k=k.dtype, v=v.dtype)
     batch, heads, seq_len, head_dim = q.shape
-    assert head_dim in (16, 32, 64, 128), f"head_dim must be 16, 32, 64 or 128, got {head_dim}"
+    assert head_dim in (16, 32, 64, 128), say("head_dim must be 16, 32, 64 or 128, got {head_dim}", head_dim=head_dim)
     q, k, v = (t.contiguous() for t in (q, k, v))  # each head one (seq, head_dim) block, rows adjacent
     out = torch.empty_like(q)
     scale = head_dim ** -0.5 if sm_scale is None else sm_scale
-    assert scale > 0, f"sm_scale must be positive, got {sm_scale}"
+    assert scale > 0, say("sm_scale must be positive, got {sm_scale}", sm_scale=sm_scale)
     args = (out, q, k, v, seq_len, batch * heads, scale * LOG2_E)
     if q.is_cuda:
         grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)

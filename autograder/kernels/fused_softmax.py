@@ -7,6 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: softmax ---
 @triton.jit
 def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
@@ -26,7 +28,7 @@ def softmax_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_S
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim of a 2-D tensor; one program per row, the row in one block."""
-    assert x.ndim == 2, f"softmax takes a 2-D tensor, got shape {tuple(x.shape)}"
+    assert x.ndim == 2, say("{name} takes a 2-D tensor, got shape {shape}", name="softmax", shape=tuple(x.shape))
     if x.stride(1) != 1:
         x = x.contiguous()  # rows may be strided (a slice x[:, :n]), columns must be adjacent
     n_rows, n_cols = x.shape

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: tile_order ---
 @triton.jit
 def tile_order(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
@@ -112,9 +114,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, group_m: int = 8, allow_tf32: bool 
     float32 inputs use TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32`` does;
     off by default, like PyTorch's, so float32 results are IEEE float32.
     """
-    assert a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0], \
-        f"matmul takes a (M, K) and a (K, N) tensor, got {tuple(a.shape)} and {tuple(b.shape)}"
-    assert a.dtype == b.dtype, f"a and b need one dtype, got {a.dtype} and {b.dtype}"
+    assert a.ndim == b.ndim == 2 and a.shape[1] == b.shape[0], say(
+        "{name} takes a (M, K) and a (K, N) tensor, got shapes {a} and {b}", name="matmul", a=tuple(a.shape), b=tuple(b.shape))
+    assert a.dtype == b.dtype, say("{name}: a and b need one dtype, got {a} and {b}",
+                                   name="matmul", a=a.dtype, b=b.dtype)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: row_state ---
 @triton.jit
 def row_state(x_row, start, stop, BLOCK_SIZE: tl.constexpr):
@@ -51,7 +53,8 @@ def softmax_row_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols,
 def softmax_online_row(x: torch.Tensor, block_size: int | None = None) -> torch.Tensor:
     """Softmax over the last dim of a 2-D tensor, any row length: one program per row,
     the row read in tiles of ``block_size`` columns (default: up to 4096)."""
-    assert x.ndim == 2, f"softmax_online_row takes a 2-D tensor, got shape {tuple(x.shape)}"
+    assert x.ndim == 2, say("{name} takes a 2-D tensor, got shape {shape}", name="softmax_online_row",
+                            shape=tuple(x.shape))
     if x.stride(1) != 1:
         x = x.contiguous()  # rows may be strided (a slice x[:, :n]), columns must be adjacent
     n_rows, n_cols = x.shape

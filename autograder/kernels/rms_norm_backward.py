@@ -72,7 +72,7 @@ def rms_norm_fwd_kernel(y_ptr, r_ptr, x_ptr, w_ptr, x_row_stride, y_row_stride, 
 
 def rms_norm_forward(x: torch.Tensor, w: torch.Tensor, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """y = x · r · w for each row of a 2-D ``x``, and ``r`` (one per row) for the backward."""
-    assert x.ndim == 2 and w.shape == (x.shape[1],), f"x is (M, N) and w is (N,); got {tuple(x.shape)}, {tuple(w.shape)}"
+    assert x.ndim == 2 and w.shape == (x.shape[1],), say("x is (M, N) and w is (N,); got {x}, {w}", x=tuple(x.shape), w=tuple(w.shape))
     if "meta" in (x.device.type, w.device.type):  # launched, a kernel would read address 0 and fault
         raise NotImplementedError(say("a Triton kernel reads its tensors' memory, and meta tensors have none"))
     if x.stride(1) != 1:

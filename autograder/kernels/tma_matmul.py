@@ -90,7 +90,8 @@ def check_matmul_operands(name: str, a: torch.Tensor, b: torch.Tensor, dtypes) -
         raise ValueError(say("{name} takes {dtypes}, got {a} and {b}",
                              name=name, dtypes=", ".join(map(str, dtypes)), a=a.dtype, b=b.dtype))
     if a.device != b.device:
-        raise ValueError(say("{name}: a is on {a} and b on {b}; put them on one device", name=name, a=a.device, b=b.device))
+        raise ValueError(say("{name}: a is on {a} and b on {b}; put them on one device",
+                             name=name, a=a.device, b=b.device))
 
 
 def persistent_matmul(a: torch.Tensor, b: torch.Tensor, group_m: int = 8, programs: int | None = None) -> torch.Tensor:

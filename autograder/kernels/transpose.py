@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: transpose ---
 @triton.jit
 def transpose_kernel(src_ptr, dst_ptr, src_rows, src_cols, row_step, col_step,
@@ -28,7 +30,7 @@ def transpose_kernel(src_ptr, dst_ptr, src_rows, src_cols, row_step, col_step,
 
 def transpose(x: torch.Tensor, block_m: int = 32, block_n: int = 32) -> torch.Tensor:
     """x.T of a 2-D tensor of any strides, as a new contiguous tensor; one tile per program."""
-    assert x.ndim == 2, f"transpose takes a 2-D tensor, got shape {tuple(x.shape)}"
+    assert x.ndim == 2, say("{name} takes a 2-D tensor, got shape {shape}", name="transpose", shape=tuple(x.shape))
     src_rows, src_cols = x.shape
     flipped = torch.empty((src_cols, src_rows), dtype=x.dtype, device=x.device)
     # (tile rows, tile columns) of x; 32 × 32 float32 tiles are 4 KB, 8 elements per thread.

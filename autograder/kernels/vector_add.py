@@ -3,6 +3,8 @@ import torch
 import triton
 import triton.language as tl
 
+from autograder.language import say
+
 # --- notebook cell: add ---
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
@@ -16,7 +18,7 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
 
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Element-wise x + y in a Triton kernel; a new tensor of the inputs' shape and dtype."""
-    assert x.shape == y.shape and x.dtype == y.dtype, "x and y need the same shape and dtype"
+    assert x.shape == y.shape and x.dtype == y.dtype, say("x and y need the same shape and dtype")
     x, y = x.contiguous(), y.contiguous()
     out = torch.empty_like(x)
     n = out.numel()
