@@ -5,10 +5,11 @@ titles and labels) is written in English in the code and passed through :func:`s
 looks it up in the catalogue, ``autograder/messages/*.yaml``: lists of ``{en, zh}`` pairs, one
 file per part of the course, placeholders in ``str.format``'s syntax. The lessons' own figures
 label themselves through :func:`autograder.plots.label`, from the same catalogue
-(``messages/lessons.yaml``), and print through :func:`say` (``messages/notebook_output.yaml``). tests/test_messages.py fails when a sentence given to :func:`say`
-or ``label`` has no Chinese, or its Chinese drops or adds a placeholder. (Not gettext: its .mo
-files need a build step, and this catalogue is read and checked like the course's other
-translation tables, glossary included.)
+(``messages/lessons.yaml``); the notebooks print through :func:`say`
+(``messages/notebook_output.yaml``). tests/test_messages.py fails when a sentence given to
+:func:`say` or ``label`` has no Chinese, or its Chinese drops or adds a placeholder. (Not
+gettext: its .mo files need a build step, and this catalogue is read and checked like the
+course's other translation tables, glossary included.)
 """
 from __future__ import annotations
 

@@ -57,24 +57,8 @@ FIGURE_TEXT_METHODS = {"set_title", "set_xlabel", "set_ylabel", "suptitle", "tex
 WORD = re.compile(r"[A-Za-z]{3,}")
 
 
-def _words(node: ast.expr) -> bool:
-    """Whether ``node`` is a string literal (an f-string's literal parts included) with a word in it."""
-    parts = node.values if isinstance(node, ast.JoinedStr) else [node]
-    return any(isinstance(p, ast.Constant) and isinstance(p.value, str) and WORD.search(p.value) for p in parts)
-
-
-def test_every_text_of_a_lessons_own_figure_goes_through_label():
-    typed = [f"{where}:{node.lineno}" for where, tree in NOTEBOOKS for node in ast.walk(tree) if isinstance(node, ast.Call)
-             for arg in [*(node.args if getattr(node.func, "attr", None) in FIGURE_TEXT_METHODS else ()),
-                         *(k.value for k in node.keywords if k.arg and (k.arg.endswith(("label", "title")) or
-                                                                        k.arg in ("x_unit", "ceiling_name")))]
-             if _words(arg)]
-    assert not typed, ("a figure text typed in English stays English in the Chinese lesson: pass it through "
-                       f"autograder.plots.label (and give it its Chinese in autograder/messages/lessons.yaml) at: {typed}")
-
-
 def _typed(node: ast.expr) -> list[str]:
-    """The string literals with a word in them that ``node`` prints as typed, not through say()."""
+    """The string literals with a word in them that ``node`` shows as typed, not through say() or label()."""
     if isinstance(node, ast.Constant):
         return [node.value] if isinstance(node.value, str) and WORD.search(node.value) else []
     parts = {ast.JoinedStr: lambda n: n.values, ast.FormattedValue: lambda n: [n.value],
@@ -82,6 +66,16 @@ def _typed(node: ast.expr) -> list[str]:
     if parts is None and isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("format", "join"):
         parts = lambda n: [n.func.value]  # noqa: E731 - "...".format(...), ", ".join(...)
     return [text for part in parts(node) for text in _typed(part)] if parts else []
+
+
+def test_every_text_of_a_lessons_own_figure_goes_through_label():
+    typed = [f"{where}:{node.lineno}" for where, tree in NOTEBOOKS for node in ast.walk(tree) if isinstance(node, ast.Call)
+             for arg in [*(node.args if getattr(node.func, "attr", None) in FIGURE_TEXT_METHODS else ()),
+                         *(k.value for k in node.keywords if k.arg and (k.arg.endswith(("label", "title")) or
+                                                                        k.arg in ("x_unit", "ceiling_name")))]
+             if _typed(arg)]
+    assert not typed, ("a figure text typed in English stays English in the Chinese lesson: pass it through "
+                       f"autograder.plots.label (and give it its Chinese in autograder/messages/lessons.yaml) at: {typed}")
 
 
 def test_every_sentence_a_notebook_prints_goes_through_say():
