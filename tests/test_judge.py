@@ -157,10 +157,21 @@ def test_the_hidden_test_takes_the_runner_the_correctness_test_kept(graded_here,
     assert isolated().correct and running(started[0])
     assert isolated(cases="hidden").correct and len(started) == 1 and not running(started[0])
     assert isolated().correct and judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct
-    assert len(started) == 3 and not running(started[1]) and not running(started[2])  # no other test takes it
+    assert len(started) == 2 and not running(started[1])  # no other test takes it
     assert isolated().correct
     write_notebook(graded_here, REFERENCE_ADD + "\n# changed")
-    assert isolated(cases="hidden").correct and len(started) == 5 and not running(started[3])
+    assert isolated(cases="hidden").correct and len(started) == 4 and not running(started[2])
+
+
+def test_the_throughput_test_takes_the_correctness_tests_verdict_on_the_same_cells(graded_here, started):
+    write_notebook(graded_here, REFERENCE_ADD.replace("a + b", "a - b"))
+    visible = isolated()
+    timed = judging.grade_notebook(ADD, cases="visible", measure_throughput=True)
+    assert len(started) == 1 and not visible.correct  # no runner: the verdict is known
+    assert [(c.label, c.passed, c.message) for c in timed.cases] == [(c.label, c.passed, c.message) for c in visible.cases]
+    assert timed.throughput.status == "not measured" and visible.throughput is None
+    write_notebook(graded_here, REFERENCE_ADD)  # other cells: graded afresh
+    assert judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct and len(started) == 2
 
 
 FAILS_ONCE = REFERENCE_ADD + '''
@@ -697,7 +708,12 @@ def test_the_grading_profile_times_each_step_of_a_reference():
     done = subprocess.run([sys.executable, "scripts/profile_grading.py", "ps1_broadcast_add"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    steps = re.findall(r"(visible cases|hidden cases|visible cases and throughput) [\d.]+ s, (\d+)/(\d+) passed",
-                       done.stdout)
-    assert [s[0] for s in steps] == ["visible cases", "hidden cases", "visible cases and throughput"]
+    steps = re.findall(r": (visible cases and throughput|visible cases again, warm cache|visible cases|hidden cases)"
+                       r"(?: [^:]*)?: [\d.]+ s, (\d+)/(\d+) passed", done.stdout)
+    assert [s[0] for s in steps] == ["visible cases", "hidden cases", "visible cases and throughput",
+                                     "visible cases again, warm cache"], done.stdout
     assert all(passed == total != "0" for _, passed, total in steps), done.stdout
+    # inside each test, the judge's steps: the runner's start and the calls, with their counts
+    # the hidden test takes the kept runner, the throughput test the correctness test's verdict
+    assert len(re.findall(r"\d+×  runner start", done.stdout)) == (4 if torch.cuda.is_available() else 2), done.stdout
+    assert len(re.findall(r"\d+×  calls to the function in its runner; slowest: ", done.stdout)) == 3, done.stdout

@@ -22,10 +22,16 @@ reference. Honest code whose answers depend on earlier calls is wrong code whose
 already depends on the order of the cases; that order (the correctness test's cases, then the
 hidden test's) is the notebook's, the same at every grading. Each test's time limit counts
 from its own start; a kept runner ends with the judge (:func:`stop_kept`, at exit).
+
+The throughput test takes the correctness test's verdict on the visible cases (:data:`_verdicts`,
+the judge's own record, by the same key) instead of running them again: a failing one ends it
+at once (no runner, no baseline), a passing one leaves it the baseline's calibration and the
+race, whose batches are checked against the reference too. Run alone, it runs the cases itself.
 """
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import os
 import secrets
@@ -224,8 +230,14 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
     key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))
     runner = _take_kept(key if cases == "hidden" else None, deadline)
+    earlier = _verdicts.get(key) if cases == "visible" and measure_throughput else None
     sandbox.become_subreaper()
     timing = measure_throughput and where.has_gpu and exercise.throughput is not None
+    if earlier is not None and not (timing and earlier.correct):  # nothing left to run
+        result = dataclasses.replace(earlier, cases=list(earlier.cases))
+        if measure_throughput and exercise.throughput is not None:
+            result.throughput = _throughput(result, timing, None, None)
+        return result
     baseline, keep = None, False
     try:
         if timing:  # the clean baseline is timed before any student code is loaded
@@ -233,10 +245,15 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
             clean = clock.Baseline(exercise, baseline)
         runner = runner or Runner(exercise, code, deadline, budget)
         try:
-            result = _failed(exercise, runner.error) if runner.error else CheckResult(
-                exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device), seed, where.device))
+            if runner.error:
+                result = _failed(exercise, runner.error)
+            elif earlier is not None:
+                result = dataclasses.replace(earlier, cases=list(earlier.cases))
+            else:
+                result = CheckResult(exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device),
+                                                                    seed, where.device))
             if measure_throughput and exercise.throughput is not None:
-                result.throughput = _throughput(exercise, result, runner, clean if timing else None)
+                result.throughput = _throughput(result, timing, clean if timing else None, runner)
             keep = cases == "visible" and not measure_throughput and result.correct and not runner.ended
         finally:
             if keep:
@@ -247,8 +264,14 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
         if baseline is not None:
             baseline.stop()
     _name_memory_exhaustion(result)
+    if cases == "visible" and not measure_throughput:
+        _verdicts[key] = result
     return result
 
+
+_verdicts: dict[tuple, CheckResult] = {}
+"""The correctness tests' verdicts, by the answer cells and settings they graded, for the
+throughput test of the same cells."""
 
 _kept: dict[tuple, Runner] = {}
 """The runner a correctness test kept for the hidden test (one at most), by the answer cells and
@@ -274,9 +297,11 @@ def stop_kept() -> None:
         _kept.popitem()[1].stop()
 
 
-def _throughput(exercise: Exercise, result: CheckResult, runner: Runner, clean) -> ThroughputResult:
+def _throughput(result: CheckResult, timing: bool, clean, runner: Runner | None) -> ThroughputResult:
+    """The throughput verdict: ``clean`` (the timed baseline) races ``runner`` when ``timing``
+    (a GPU) and every case passed."""
     from .. import throughput
-    if clean is None:
+    if not timing:
         return throughput.not_measured()
     if not result.correct:
         return ThroughputResult("not measured", say("not measured: fix correctness first."))

@@ -68,7 +68,7 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
             raise ProtocolError(say("{nbytes:,} bytes of tensor data, more than the {expected:,} expected",
                                     nbytes=nbytes, expected=max_tensor_bytes))
         budget -= nbytes
-        tensors.append(_tensor(meta, bytearray(_read(sock, nbytes, deadline)), device))
+        tensors.append(_tensor(meta, _read(sock, nbytes, deadline), device))
     return header, tensors
 
 
@@ -96,21 +96,22 @@ def _tensor(meta: dict, data: bytearray, device: str) -> torch.Tensor:
                                 description=f"{str(meta)[:200]} ({type(error).__name__})")) from None
 
 
-def _read(sock: socket.socket, n: int, deadline: float) -> bytes:
-    chunks, left = [], n
-    while left:
+def _read(sock: socket.socket, n: int, deadline: float) -> bytearray:
+    """Exactly ``n`` bytes, received straight into one buffer (a tensor's bytes are copied once)."""
+    data = bytearray(n)
+    view, got = memoryview(data), 0
+    while got < n:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimedOut(f"waited for {n} bytes")
         sock.settimeout(remaining)
         try:
-            chunk = sock.recv(min(left, 1 << 22))
+            chunk = sock.recv_into(view[got:], min(n - got, 1 << 22))
         except socket.timeout:
             raise TimedOut(f"waited for {n} bytes") from None
         except OSError as error:
             raise PeerGone(str(error)) from None
         if not chunk:
             raise PeerGone("the runner closed the channel")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        got += chunk
+    return data
