@@ -125,8 +125,15 @@ NOTEBOOK_OUTPUTS = Setting(
     "(`scripts/gpu_run.sh` sets it; `python -m autograder.figures FILE` reads the figures back).",
     "a file path", "nothing recorded",
     lambda text: Path(text) if text else None)
+GRADING_RECORD = Setting(
+    "TRITON_COURSE_GRADING_RECORD",
+    "A file the judge appends each graded test's seed to (a JSON line: notebook, exercise, cases, seed), kept from "
+    "the student's code; `check(EXERCISE, fn, cases=..., seed=...)` replays those inputs. `grade_class` "
+    "sets it and saves the seeds with each student's grade.",
+    "a file path", "nothing recorded",
+    lambda text: Path(text) if text else None)
 SETTINGS = (DEVICE, CPU_THROUGHPUT, LANG, STUDENT, ISOLATE, GRADING_TIMEOUT_S, MEMORY_LIMIT_GB,
-            GRADING_USER, READABLE_PATHS, NOTEBOOK_OUTPUTS)
+            GRADING_USER, READABLE_PATHS, NOTEBOOK_OUTPUTS, GRADING_RECORD)
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "instructor-guide.md"
 BEGIN = "<!-- settings table: generated from autograder/settings.py by `triton-course sync` -->"

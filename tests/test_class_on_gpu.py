@@ -13,7 +13,7 @@ import torch
 
 from autograder import exercises
 from autograder.instructor.grade_class import grade_class
-from test_nbgrader_pipeline import (WRONG, cell_scores, expected_points, graded_seed, new_course,
+from test_nbgrader_pipeline import (WRONG, cell_scores, expected_points, graded_seeds, new_course,
                                     submit_reference_and_mistakes)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -47,4 +47,4 @@ def test_a_class_of_the_reference_and_its_mistakes_on_every_gpu(assignment, tmp_
     for student, answer_cell in answers.items():
         if student != "ref":
             assert cell_scores(course, assignment, student) == pytest.approx(
-                expected_points(assignment, answer_cell, {"correctness": graded_seed(course, assignment, student)})), student
+                expected_points(assignment, answer_cell, graded_seeds(course, assignment, student))), student

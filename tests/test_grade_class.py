@@ -56,7 +56,7 @@ def graded(monkeypatch):
         notebooks = {PS1: {"late_submission_penalty": None, "grades": SCORES, "comments": {}}}
         return grade_workers.Result(job.student, outcome.get(job.student), {"timestamp": None, "notebooks": notebooks},
                                     {f"{PS1}.ipynb": (0o644, job.files[f"submitted/{job.student}/{PS1}/{PS1}.ipynb"])},
-                                    log="nbgrader's last words")
+                                    log="nbgrader's last words", seeds={"visible": 11, "hidden": 12})
 
     monkeypatch.setattr(grade_workers, "run_job", stub)
     monkeypatch.setattr(grade_workers, "visible_gpus", lambda: [])
@@ -69,6 +69,7 @@ def test_results_are_saved_and_resume_grades_only_what_changed(course, graded):
     assert all(cell_scores(course, PS1, student) == SCORES for student in calls)
     records = json.loads((course / "grades" / f"{PS1}.json").read_text())
     assert set(records) == {"ada", "bob", "cy"} and all(r["graded"] and r["notebook"] for r in records.values())
+    assert all(r["seeds"] == {"visible": 11, "hidden": 12} for r in records.values())  # the judge's, to replay a verdict
     assert (course / "grades" / f"{PS1}.csv").read_text().splitlines()[0].startswith("student,score,max_score")
     calls.clear()
     notebook = course / "submitted" / "bob" / PS1 / f"{PS1}.ipynb"

@@ -2,6 +2,7 @@
 checker in its own process, the verdict is the judge's. Each attack below earned marks when
 checker and student code shared one process (issue 18); each must now earn what a kernel
 that does nothing earns."""
+import json
 import re
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import nbformat
 import pytest
 import torch
 
-from autograder import exercises
+from autograder import exercises, settings
 from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
@@ -172,6 +173,25 @@ def test_the_throughput_test_takes_the_correctness_tests_verdict_on_the_same_cel
     assert timed.throughput.status == "not measured" and visible.throughput is None
     write_notebook(graded_here, REFERENCE_ADD)  # other cells: graded afresh
     assert judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct and len(started) == 2
+
+
+def test_the_judge_records_each_tests_seed_for_the_instructor_and_hides_the_record_from_the_runner(
+        graded_here, tmp_path, monkeypatch):
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv(settings.GRADING_RECORD.name, str(record))
+    write_notebook(graded_here, REFERENCE_ADD)
+    visible, hidden = isolated(), isolated(cases="hidden")
+    judging.grade_notebook(ADD, cases="visible", measure_throughput=True)  # the correctness verdict's: no new line
+    entries = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(e["exercise"], e["cases"], e["seed"]) for e in entries] == [
+        (ADD.name, "visible", visible.seed), (ADD.name, "hidden", hidden.seed)]
+    assert Path(entries[0]["notebook"]).parent == graded_here.resolve()
+    write_notebook(graded_here, REFERENCE_ADD + f"""
+import os
+def add(x, y, _add=add):
+    raise ValueError(f"record: {{os.environ.get('{settings.GRADING_RECORD.name}')}}")
+""")
+    assert "record: None" in isolated().cases[0].message
 
 
 FAILS_ONCE = REFERENCE_ADD + '''

@@ -2,6 +2,7 @@
 grade the class, feedback and export, with simulated students; and every assignment's
 reference solution autograded."""
 import csv
+import json
 import re
 import runpy
 import shutil
@@ -257,21 +258,28 @@ WRONG = {
 }
 
 
-def graded_seed(course: Path, assignment: str, student: str) -> int:
-    """The seed the correctness test drew its inputs with, as its output in ``autograded/`` says
-    (the hidden test's verdict names none)."""
+RECORD = "grading-record.jsonl"
+"""Where this file's plain ``nbgrader autograde`` runs have the judge record its seeds (in the course)."""
+
+
+def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
+    """The seed each graded test drew its inputs with, by part: the judge's record, as grade_class
+    saves it with each grade (or, under plain nbgrader, the course's :data:`RECORD`). The visible
+    seed is also the one the correctness test printed."""
+    seeds = saved(course, assignment)[student].seeds if saved(course, assignment) else {
+        entry["cases"]: entry["seed"] for entry in map(json.loads, (course / RECORD).read_text().splitlines())
+        if Path(entry["notebook"]).parts[-3] == student}
     nb = nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "test_correctness":
-            text = "".join(o.get("text", "") for o in cell.get("outputs", []))
-            return int(re.search(r"cases passed \(seed (\d+)\)", text)[1])
-    raise AssertionError(f"{student} has no graded correctness test")
+    printed, = ["".join(o.get("text", "") for o in c.get("outputs", [])) for c in nb.cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == "test_correctness"]
+    assert f"(seed {seeds['visible']})" in printed, (seeds, printed)
+    return {"correctness": seeds["visible"], "hidden": seeds["hidden"]}
 
 
 def expected_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None = None) -> dict[str, float]:
     """What the answer earns by the self-check, run here on this machine's cases; with ``seeds``
     (a part's name -> seed), on the inputs that grading drew, so a mistake that a draw can hide
-    is judged on the same draw (each of :data:`WRONG` fails the same hidden cases on any draw)."""
+    is judged on the same draw."""
     from autograder import check, grading
     spec = exercises.get(assignment)
     nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -305,7 +313,7 @@ def test_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(
     course = new_course(tmp_path, assignment)
     answers = submit_reference_and_mistakes(course, assignment)
     if assignment == PS1:  # plain nbgrader, all in one process, as formgrader's Autograde button runs it
-        nbgrader(course, "autograde", assignment, "--create", "--force")
+        nbgrader(course, "autograde", assignment, "--create", "--force", TRITON_COURSE_GRADING_RECORD=str(course / RECORD))
     else:  # the course's way: workers side by side
         grade_class(course, assignment)
     points = exercises.get(assignment).points
@@ -314,6 +322,6 @@ def test_autograde_grades_the_reference_and_each_mistake_as_the_self_check_does(
     for student, answer_cell in answers.items():
         if student == "ref":
             continue
-        expected = expected_points(assignment, answer_cell, {"correctness": graded_seed(course, assignment, student)})
+        expected = expected_points(assignment, answer_cell, graded_seeds(course, assignment, student))
         assert expected["test_correctness"] + expected["test_hidden"] < points["correctness"] + points["hidden"]
         assert cell_scores(course, assignment, student) == pytest.approx(expected), student

@@ -33,6 +33,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import json
 import os
 import secrets
 import shutil
@@ -108,7 +109,8 @@ class Runner:
         self.channel = ours
         cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno())]
         self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
-                                         hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR), cache=compile_cache(),
+                                         hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR, settings.GRADING_RECORD.name),
+                                         cache=compile_cache(),
                                          pass_fds=(theirs.fileno(),), trusted=code is None)
         theirs.close()
         header, _ = self.request(None, limit_s=START_LIMIT_S)
@@ -266,6 +268,10 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     _name_memory_exhaustion(result)
     if cases == "visible" and not measure_throughput:
         _verdicts[key] = result
+    if earlier is None and result.seed >= 0 and (record := settings.GRADING_RECORD.get()) is not None:
+        with record.open("a") as f:  # the instructor's: which inputs this verdict was on
+            f.write(json.dumps({"notebook": str(notebook.resolve()), "exercise": exercise.name, "cases": cases,
+                                "seed": result.seed}) + "\n")
     return result
 
 

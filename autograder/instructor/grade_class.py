@@ -68,6 +68,9 @@ class StudentGrade:
     """How long grading this student took."""
     notebook: str = ""
     """The SHA-256 of the submitted notebooks, so ``--resume`` knows a resubmission."""
+    seeds: dict[str, int] = field(default_factory=dict)
+    """The seed of each graded test's inputs, by its cases: ``check(EXERCISE, fn, cases="hidden",
+    seed=...)`` replays a verdict on the same inputs (on the same kind of device)."""
 
 
 PART_OF_CELL = {"test_correctness": "correctness", "test_hidden": "hidden", "test_throughput": "throughput"}
@@ -249,7 +252,7 @@ def locked_cell_notes(course: Path, assignment: str, student: str) -> list[str]:
 
 def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -> StudentGrade:
     """One student's line of the class table, read from the gradebook once the result is merged."""
-    grade = StudentGrade(result.student, graded=result.problem is None, seconds=result.seconds)
+    grade = StudentGrade(result.student, graded=result.problem is None, seconds=result.seconds, seeds=result.seeds)
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         submission = gb.find_submission(assignment, result.student)
         grade.score, grade.max_score = submission.score, submission.max_score

@@ -12,6 +12,7 @@ student either graded whole or as before.
 """
 from __future__ import annotations
 
+import json
 import os
 import queue
 import shutil
@@ -30,6 +31,8 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
+
+from .. import settings
 
 STUDENT_TIMEOUT_S = 1800
 """For all of one student's grading: above the judge's limits on each graded test."""
@@ -59,6 +62,9 @@ class Result:
     seconds: float = 0.0
     log: str = ""
     """The end of what nbgrader printed."""
+    seeds: dict[str, int] = field(default_factory=dict)
+    """The seed of each graded test's inputs, by its cases (``visible``, ``hidden``): the judge's
+    record (:data:`~autograder.settings.GRADING_RECORD`), never shown to the student."""
 
 
 def visible_gpus() -> list[str]:
@@ -129,8 +135,10 @@ def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
             (root / name).write_bytes(content)
         cmd = [sys.executable, "-m", "nbgrader", "autograde", job.assignment, "--student", job.student,
                "--create", "--force", f"--CourseDirectory.root={root}"]
+        record = root / "grading-record.jsonl"
         start = time.monotonic()
-        process = subprocess.Popen(cmd, cwd=root, env=os.environ | (env or {}), stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(cmd, cwd=root, env=os.environ | (env or {}) | {settings.GRADING_RECORD.name: str(record)},
+                                   stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    start_new_session=True)
         with _lock:
@@ -149,9 +157,15 @@ def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
         return Result(job.student, problem, read_scores(root / "gradebook.db", job.assignment, job.student),
                       {str(p.relative_to(graded)): (p.stat().st_mode & 0o777, p.read_bytes())
                        for p in sorted(graded.rglob("*")) if p.is_file()},
-                      time.monotonic() - start, output[-KEPT_LOG_CHARS:])
+                      time.monotonic() - start, output[-KEPT_LOG_CHARS:], recorded_seeds(record))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def recorded_seeds(record: Path) -> dict[str, int]:
+    """The seeds a judge's record holds, by cases (the last of each)."""
+    lines = record.read_text().splitlines() if record.exists() else []
+    return {entry["cases"]: entry["seed"] for entry in map(json.loads, lines)}
 
 
 def _last_error(output: str) -> str:
