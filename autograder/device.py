@@ -5,6 +5,8 @@ Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, not when it is lau
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 from dataclasses import dataclass
 
@@ -103,6 +105,29 @@ def _reinterpret_triton_language() -> None:
     they are compiled-mode functions, which the interpreter refuses to call.
     """
     reinterpret(triton_language_namespaces())
+
+
+@contextlib.contextmanager
+def language_restored():
+    """While inside, Triton's interpreter may patch ``triton.language`` as it likes; afterwards
+    every attribute of the modules and classes it patches is what it was before. (Triton 3.6's
+    interpreter restores its patches after a launch, but not those a ``@triton.jit`` helper's
+    call makes, such as ``tensor.__mul__``: left there, they break the next compile of any
+    kernel on a GPU: ``'ir.value' object has no attribute 'dtype'``.)"""
+    import triton.language as tl
+
+    patched = [tl, tl.core, tl.math, tl.core.tensor, *filter(None, [getattr(tl.core, "tensor_descriptor_base", None)])]
+    before = [dict(vars(owner)) for owner in patched]
+    try:
+        yield
+    finally:
+        for owner, saved in zip(patched, before):
+            now = vars(owner)
+            for name in [name for name in now if name not in saved]:
+                delattr(owner, name)
+            for name, value in saved.items():
+                if now.get(name, saved) is not value:
+                    setattr(owner, name, value)
 
 
 def triton_language_namespaces() -> list[dict]:

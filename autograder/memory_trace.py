@@ -393,7 +393,8 @@ def _interpreted(kernel):
     if runtime is not None:
         runtime.interpret = True  # a constexpr function reads it to return a plain value
     try:
-        yield kernel if isinstance(kernel, InterpretedFunction) else InterpretedFunction(kernel.fn)
+        with device.language_restored():
+            yield kernel if isinstance(kernel, InterpretedFunction) else InterpretedFunction(kernel.fn)
     finally:
         if runtime is not None:
             runtime.interpret = interpreting

@@ -36,7 +36,8 @@ def timed(owner, name: str, step: str) -> None:
             STEPS[step] += time.perf_counter() - start
             COUNTS[step] += 1
     if isinstance(owner, type) or inspect.ismodule(owner):
-        setattr(owner, name, wrapper)
+        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+        setattr(owner, name, staticmethod(wrapper) if static else wrapper)
     else:  # an Exercise: a frozen dataclass
         object.__setattr__(owner, name, wrapper)
 

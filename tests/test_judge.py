@@ -157,11 +157,12 @@ def test_the_hidden_test_takes_the_runner_the_correctness_test_kept(graded_here,
     write_notebook(graded_here, REFERENCE_ADD)
     assert isolated().correct and running(started[0])
     assert isolated(cases="hidden").correct and len(started) == 1 and not running(started[0])
+    timed = 2 if DEVICE.has_gpu else 0  # on a GPU the throughput test starts the baseline's runner and a student's
     assert isolated().correct and judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct
-    assert len(started) == 2 and not running(started[1])  # no other test takes it
+    assert len(started) == 2 + timed and not any(map(running, started[1:]))  # no other test takes it
     assert isolated().correct
     write_notebook(graded_here, REFERENCE_ADD + "\n# changed")
-    assert isolated(cases="hidden").correct and len(started) == 4 and not running(started[2])
+    assert isolated(cases="hidden").correct and len(started) == 4 + timed and not running(started[2 + timed])
 
 
 def test_the_throughput_test_takes_the_correctness_tests_verdict_on_the_same_cells(graded_here, started):
@@ -172,7 +173,8 @@ def test_the_throughput_test_takes_the_correctness_tests_verdict_on_the_same_cel
     assert [(c.label, c.passed, c.message) for c in timed.cases] == [(c.label, c.passed, c.message) for c in visible.cases]
     assert timed.throughput.status == "not measured" and visible.throughput is None
     write_notebook(graded_here, REFERENCE_ADD)  # other cells: graded afresh
-    assert judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct and len(started) == 2
+    assert judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct
+    assert len(started) == (3 if DEVICE.has_gpu else 2)  # and on a GPU the baseline's runner
 
 
 def test_the_judge_records_each_tests_seed_for_the_instructor_and_hides_the_record_from_the_runner(

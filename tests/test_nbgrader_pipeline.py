@@ -213,7 +213,8 @@ def test_a_class_graded_in_chinese_reads_its_verdicts_in_chinese(cycle):
 
 
 # Mistakes students make, as edits of each reference's answer cell: (what it says, what it
-# says instead). Each fails a set of cases fixed by the mistake, not by the random draw.
+# says instead). Each is held to the self-check on the inputs grading drew (graded_seeds), so a
+# mistake that some draws hide is graded as it should be on every draw.
 WRONG = {
     "ps1_broadcast_add": {
         "row_mask_only": ROW_MASK_ONLY,
@@ -228,8 +229,6 @@ WRONG = {
     },
     "ps3_cross_entropy": {
         "never_ignores": ("counted = label != IGNORE", "counted = label == label"),
-        # (not a missing rescale of the running sum: it fails only rows whose largest logit lies past
-        # their first tile, so which cases fail varies with the draw)
         "vocab_as_row_stride": ("r.to(tl.int64) * row_stride", "r.to(tl.int64) * vocab"),
         "row_0_target": ("picked = tl.load(first + label", "picked = tl.load(logits_ptr + label"),
     },
@@ -241,13 +240,10 @@ WRONG = {
     },
     "ps5_varlen_attention": {
         "kv_head_is_query_head": ("kv_head = head // GROUP", "kv_head = head"),
-        # (not a missing key mask: the keys past a sequence's end then score 0, which large
-        # random scores can drown, so the cases it fails vary with the draw)
         "causal_excludes_self": ("keep &= pos[None, :] <= q_pos[:, None]", "keep &= pos[None, :] < q_pos[:, None]"),
         "natural_log_scale": ("head_dim ** -0.5 * LOG2_E", "head_dim ** -0.5"),
     },
     "ps6_layer_norm": {
-        # (not a dx without mean(w·dy): in a one-row case that mean can fall near 0 and the case pass)
         "dw_sums_dy": ("dw_sum += dy * x_hat", "dw_sum += dy"),
         # every program's db into row 0 of the buffer: the other rows are never written (NaN)
         "db_in_one_row": ("tl.store(sums + n_cols, db_sum", "tl.store(partial_ptr + n_cols + cols, db_sum"),

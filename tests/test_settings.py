@@ -27,6 +27,7 @@ DEFAULTS = {
     settings.GRADING_USER: None,
     settings.READABLE_PATHS: [],
     settings.NOTEBOOK_OUTPUTS: None,
+    settings.GRADING_RECORD: None,
 }
 BAD = [(settings.DEVICE, "gpuu"), (settings.CPU_THROUGHPUT, "maybe"), (settings.LANG, "de"),
        (settings.ISOLATE, "yes"), (settings.GRADING_TIMEOUT_S, "soon"), (settings.GRADING_TIMEOUT_S, "0"),

@@ -345,3 +345,17 @@ def test_a_300k_element_trace_draws_in_seconds(tmp_path):
     print(f"300k-element add: trace {traced - start:.2f} s, figure to PNG {drawn - traced:.2f} s")
     assert t.bytes_loaded == 8 * n and t.out_of_bounds == 0
     assert drawn - traced < 5 and drawn - start < 15  # measured: about 1 s and 0.5 s on one CPU core
+
+
+def test_a_trace_leaves_triton_language_as_it_found_it():
+    """Triton's interpreter leaves behind what a @triton.jit helper's call (here ``tl.max``)
+    patched, ``tensor.__mul__`` among them; the trace takes it all back, or the kernel's next
+    compile fails (on a GPU: its next launch). Seen on an H100 with Triton 3.6."""
+    from autograder.cross_compile import compile_for
+    owners = [tl, tl.core, tl.math, tl.core.tensor]
+    before = [dict(vars(owner)) for owner in owners]
+    x = torch.randn(2, 16, device=DEVICE.device)
+    trace(softmax_three_passes, (2,), x, torch.empty_like(x), 16, BLOCK=8)
+    assert [name for owner, was in zip(owners, before) for name in set(vars(owner)) | set(was)
+            if vars(owner).get(name) is not was.get(name)] == []
+    assert "ld.global" in compile_for(softmax_three_passes, x, torch.empty_like(x), 16, BLOCK=8).asm["ptx"]
