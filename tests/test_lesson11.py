@@ -110,8 +110,20 @@ def test_a_wrong_walk_over_the_tiles_is_caught(walk):
     assert not torch.equal(visits, torch.ones_like(visits)), walk
     if walk in ("skips the last tile", "strides one too far"):  # tiles never written: wrong values too
         a, b = inputs(300, 40, 100, torch.float32)
-        with pytest.raises(AssertionError):
+        with pytest.raises(AssertionError), EmptyIsNaN():  # not the right values a freed output left there
             assert_matmul(wrong.persistent_matmul(a, b), a, b)
+
+
+class EmptyIsNaN(torch.overrides.TorchFunctionMode):
+    """``torch.empty`` returns NaNs while inside: a tile a kernel never writes then reads as
+    NaN, never as whatever the allocator's reused memory held (a correct product of the same
+    inputs, from an earlier test in this process, once made this test pass)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.empty and out.is_floating_point():
+            out.fill_(float("nan"))
+        return out
 
 
 DESCRIPTOR_MISTAKES = {  # the edit, and whether to count visits too: where the store's counter runs
