@@ -6,7 +6,6 @@ Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, not when it is lau
 from __future__ import annotations
 
 import contextlib
-
 import os
 from dataclasses import dataclass
 
@@ -118,6 +117,7 @@ def language_restored():
 
     patched = [tl, tl.core, tl.math, tl.core.tensor, *filter(None, [getattr(tl.core, "tensor_descriptor_base", None)])]
     before = [dict(vars(owner)) for owner in patched]
+    missing = object()
     try:
         yield
     finally:
@@ -126,7 +126,7 @@ def language_restored():
             for name in [name for name in now if name not in saved]:
                 delattr(owner, name)
             for name, value in saved.items():
-                if now.get(name, saved) is not value:
+                if now.get(name, missing) is not value:
                     setattr(owner, name, value)
 
 

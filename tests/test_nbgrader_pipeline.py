@@ -262,7 +262,8 @@ def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
     """The seed each graded test drew its inputs with, by part: the judge's record, as grade_class
     saves it with each grade (or, under plain nbgrader, the course's :data:`RECORD`). The visible
     seed is also the one the correctness test printed."""
-    seeds = saved(course, assignment)[student].seeds if saved(course, assignment) else {
+    graded = saved(course, assignment)
+    seeds = graded[student].seeds if graded else {
         entry["cases"]: entry["seed"] for entry in map(json.loads, (course / RECORD).read_text().splitlines())
         if Path(entry["notebook"]).parts[-3] == student}
     nb = nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)

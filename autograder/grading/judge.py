@@ -236,7 +236,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     sandbox.become_subreaper()
     timing = measure_throughput and where.has_gpu and exercise.throughput is not None
     if earlier is not None and not (timing and earlier.correct):  # nothing left to run
-        result = dataclasses.replace(earlier, cases=list(earlier.cases))
+        result = _copy(earlier)
         if measure_throughput and exercise.throughput is not None:
             result.throughput = _throughput(result, timing, None, None)
         return result
@@ -250,7 +250,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
             if runner.error:
                 result = _failed(exercise, runner.error)
             elif earlier is not None:
-                result = dataclasses.replace(earlier, cases=list(earlier.cases))
+                result = _copy(earlier)
             else:
                 result = CheckResult(exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device),
                                                                     seed, where.device))
@@ -273,6 +273,11 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
             f.write(json.dumps({"notebook": str(notebook.resolve()), "exercise": exercise.name, "cases": cases,
                                 "seed": result.seed}) + "\n")
     return result
+
+
+def _copy(verdict: CheckResult) -> CheckResult:
+    """An earlier verdict, for a test to add its own throughput verdict to."""
+    return dataclasses.replace(verdict, cases=list(verdict.cases))
 
 
 _verdicts: dict[tuple, CheckResult] = {}
