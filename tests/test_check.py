@@ -1,5 +1,7 @@
 """The grading engine against deliberately wrong, cheating and hanging submissions."""
 import dataclasses
+import subprocess
+import sys
 import time
 
 import pytest
@@ -91,11 +93,22 @@ def test_a_stray_store_in_a_helper_function_is_named_like_one_in_the_kernel():
     (lambda x, y: torch.add(x, y), "computed with PyTorch"),
     (lambda x, y: _launch(x, y, torch.empty_like(x)) * 1, "aten.mul"),
     (lambda x, y: torch.empty_like(x), "without launching a Triton kernel"),
+    (torch.compile(lambda x, y: x + y, backend="eager"), "computed with PyTorch"),  # compiled: still seen
 ])
 def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
     result = check(VECTOR_ADD, cheat, measure_throughput=False, verbose=False)
     assert not result.correct
     assert all(phrase in c.message for c in result.cases), result.summary()
+
+
+def test_the_rules_cost_no_dynamo_import():
+    """PyTorch wraps a dispatch mode's handler to keep Dynamo out unless the mode opts out; the
+    wrapper imports torch._dynamo (about a second) on the mode's first op, in every grading runner."""
+    code = ("import sys, torch\nfrom autograder.guards import watch\nx = torch.ones(4)\n"
+            "with watch() as record:\n    x + 1\nassert record.torch_ops, record\n"
+            "print('torch._dynamo' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr
 
 
 def test_wrong_output_is_named():

@@ -135,12 +135,13 @@ def test_a_crash_or_a_hang_fails_only_that_test(graded_here, monkeypatch):
 
 @pytest.fixture
 def started(monkeypatch):
-    """The runners the judge starts, in order."""
+    """The runners the judge starts, in order; ``reference`` marks the baseline's."""
     runners = []
 
     class Counted(judging.Runner):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
+        def __init__(self, exercise, code, *args, **kwargs):
+            self.reference = code is None
+            super().__init__(exercise, code, *args, **kwargs)
             runners.append(self)
     monkeypatch.setattr(judging, "Runner", Counted)
     return runners
@@ -150,31 +151,53 @@ def running(runner) -> bool:
     return runner.process.wait(0) is None
 
 
+def students(runners) -> list:
+    return [r for r in runners if not r.reference]
+
+
 REFERENCE_ADD = solution_section("solutions/broadcast_add.py", "add")
 
 
-def test_the_hidden_test_takes_the_runner_the_correctness_test_kept(graded_here, started):
+def test_a_students_tests_share_one_runner_and_one_baseline(graded_here, started):
     write_notebook(graded_here, REFERENCE_ADD)
-    assert isolated().correct and running(started[0])
-    assert isolated(cases="hidden").correct and len(started) == 1 and not running(started[0])
-    timed = 2 if DEVICE.has_gpu else 0  # on a GPU the throughput test starts the baseline's runner and a student's
-    assert isolated().correct and judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct
-    assert len(started) == 2 + timed and not any(map(running, started[1:]))  # no other test takes it
-    assert isolated().correct
-    write_notebook(graded_here, REFERENCE_ADD + "\n# changed")
-    assert isolated(cases="hidden").correct and len(started) == 4 + timed and not running(started[2 + timed])
+    assert isolated().correct and all(map(running, started))
+    # on a GPU the baseline's runner starts first, and is calibrated before any student code loads
+    assert [r.reference for r in started] == ([True, False] if DEVICE.has_gpu else [False])
+    assert isolated(cases="hidden").correct and len(started) == len(students(started)) + DEVICE.has_gpu
+    assert all(map(running, started))  # the throughput test races them
+    timed = judging.grade_notebook(ADD, cases="visible", measure_throughput=True)
+    assert timed.correct and len(students(started)) == 1 and not any(map(running, started))
+    assert timed.throughput.status != "failed" if DEVICE.has_gpu else timed.throughput.status == "not measured"
+    assert isolated().correct  # a new correctness test starts afresh
+    assert len(students(started)) == 2 and not running(started[0])
+    write_notebook(graded_here, REFERENCE_ADD + "\n# changed")  # other cells: nothing kept is taken
+    assert isolated(cases="hidden").correct and len(students(started)) == 3
+    kept = 1 + DEVICE.has_gpu  # for a throughput test: the new runner, and on a GPU its baseline
+    assert not any(map(running, started[:-kept])) and all(map(running, started[-kept:]))
+
+
+def test_a_failed_hidden_test_leaves_the_throughput_test_the_baseline_and_a_fresh_runner(graded_here, started):
+    write_notebook(graded_here, AFTER_THE_VISIBLE_CASES.format(visible=len(ADD.cases("visible", DEVICE.device)),
+                                                                then="return _add(x, y) + 1"))
+    assert isolated().correct and not isolated(cases="hidden").correct
+    assert len(students(started)) == 1 and not running(students(started)[0])
+    assert [running(r) for r in started if r.reference] == ([True] if DEVICE.has_gpu else [])
+    timed = judging.grade_notebook(ADD, cases="visible", measure_throughput=True)
+    assert timed.correct and len(started) == (3 if DEVICE.has_gpu else 1)  # no second baseline
+    assert not any(map(running, started))
 
 
 def test_the_throughput_test_takes_the_correctness_tests_verdict_on_the_same_cells(graded_here, started):
     write_notebook(graded_here, REFERENCE_ADD.replace("a + b", "a - b"))
     visible = isolated()
     timed = judging.grade_notebook(ADD, cases="visible", measure_throughput=True)
-    assert len(started) == 1 and not visible.correct  # no runner: the verdict is known
+    assert len(students(started)) == 1 and not visible.correct  # no runner: the verdict is known
+    assert not any(map(running, started))  # nor a baseline kept for it
     assert [(c.label, c.passed, c.message) for c in timed.cases] == [(c.label, c.passed, c.message) for c in visible.cases]
     assert timed.throughput.status == "not measured" and visible.throughput is None
     write_notebook(graded_here, REFERENCE_ADD)  # other cells: graded afresh
     assert judging.grade_notebook(ADD, cases="visible", measure_throughput=True).correct
-    assert len(started) == (3 if DEVICE.has_gpu else 2)  # and on a GPU the baseline's runner
+    assert len(students(started)) == 2
 
 
 def test_the_judge_records_each_tests_seed_for_the_instructor_and_hides_the_record_from_the_runner(
@@ -219,21 +242,22 @@ def test_after_a_failure_the_next_test_starts_a_clean_runner(graded_here, starte
     assert len(started) == 2 and not running(started[0])
 
 
-HANGS_WHEN_HIDDEN = REFERENCE_ADD + '''
+AFTER_THE_VISIBLE_CASES = REFERENCE_ADD + '''
 import time
 _calls = []
 
 
-def add(x, y, _add=add):  # a call after the visible cases never ends
+def add(x, y, _add=add):  # right until the visible cases are done
     _calls.append(1)
     if len(_calls) > {visible}:
-        time.sleep(600)
+        {then}
     return _add(x, y)
 '''
 
 
 def test_a_hang_in_the_hidden_test_is_stopped_at_that_tests_own_limit(graded_here, started, monkeypatch):
-    write_notebook(graded_here, HANGS_WHEN_HIDDEN.format(visible=len(ADD.cases("visible", DEVICE.device))))
+    write_notebook(graded_here, AFTER_THE_VISIBLE_CASES.format(visible=len(ADD.cases("visible", DEVICE.device)),
+                                                                then="time.sleep(600)"))
     monkeypatch.setenv(judging.TIMEOUT_VAR, "15")
     assert isolated().correct
     began = time.monotonic()
@@ -249,11 +273,12 @@ def test_a_kept_runner_ends_with_the_judge(graded_here):
              "from autograder.assignments.ps1_broadcast_add import EXERCISE\n"
              "from autograder.grading import judge\n"
              "assert judge.grade_notebook(EXERCISE, cases='visible', measure_throughput=False).correct\n"
-             "print(*(r.process.process.pid for r in judge._kept.values()))")
+             "print(*(r.process.process.pid for k in judge._kept.values()\n"
+             "        for r in (k.runner, k.baseline and k.baseline.reference) if r))")
     done = subprocess.run([sys.executable, "-c", judge], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    pid, = done.stdout.split()  # the runner it kept
-    assert not Path(f"/proc/{pid}").exists()
+    pids = done.stdout.split()  # the runners it kept: the student's, and on a GPU the baseline's
+    assert len(pids) == 1 + DEVICE.has_gpu and not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
 def test_a_broken_answer_cell_is_explained(graded_here):

@@ -7,26 +7,31 @@ its own clock (:mod:`.clock`). Under ``nbgrader autograde`` it runs in nbgrader'
 which runs only the instructor's cells (:mod:`.autograde`): the verdict, the points and the
 cell output nbgrader reads come from a process that never ran the student's code.
 
-A student's hidden test takes the runner their correctness test leaves (:func:`_take_kept`):
-one start saved (a process, the course's imports, the answer cells). A runner is kept only by
-a correctness test whose every case passed, and taken only by a hidden test of the same answer
-cells under the same settings; any other test stops it first (a throughput test's clean
-baseline is timed with no student code loaded). After a crash, a hang, an exception, a broken
-rule or a wrong output, any of which could leave the runner in a state that changes the next
-verdict, the hidden test starts afresh, as every test did before. What carries over is what
-already carries over between the cases of one test: the function's own state and threads
-(and the outputs kept to refuse a reused buffer). Counting its calls, a function can tell the
-hidden cases from the visible ones, as it already can by their shapes (the visible cases are
-public), and gains nothing: every input is fresh, every output checked against the judge's
-reference. Honest code whose answers depend on earlier calls is wrong code whose verdict
-already depends on the order of the cases; that order (the correctness test's cases, then the
-hidden test's) is the notebook's, the same at every grading. Each test's time limit counts
-from its own start; a kept runner ends with the judge (:func:`stop_kept`, at exit).
+A student's tests share their runners (:func:`_take_kept`): the correctness test starts the
+student's runner and, on a GPU, first the PyTorch baseline's runner, calibrated while no
+student code is loaded; the hidden test takes both, and the throughput test races the
+student's runner against that baseline. Two starts saved per passing student (a process, the
+course's imports, the answer cells, a first call). A student's runner is kept only by a
+correctness test whose every case passed, and taken only by a later test of the same answer
+cells under the same settings; any other test stops it first. After a crash, a hang, an
+exception, a broken rule or a wrong output, any of which could leave the runner in a state
+that changes the next verdict, the next test starts afresh, as every test did before. What
+carries over is what already carries over between the cases of one test: the function's own
+state and threads (and the outputs kept to refuse a reused buffer). Counting its calls, a
+function can tell the hidden cases from the visible ones, as it already can by their shapes
+(the visible cases are public), and gains nothing: every input is fresh, every output checked
+against the judge's reference, every timed batch too. Work it leaves running on the GPU slows
+the race's baseline batches, not the clean ones timed before it existed, and the faster of the
+two is used (:mod:`.clock`). Honest code whose answers depend on earlier calls is wrong code
+whose verdict already depends on the order of the cases; that order (the correctness test's
+cases, then the hidden test's, then the timed batches) is the notebook's, the same at every
+grading. Each test's time limit counts from its own start; what is kept ends with the judge
+(:func:`stop_kept`, at exit).
 
 The throughput test takes the correctness test's verdict on the visible cases (:data:`_verdicts`,
 the judge's own record, by the same key) instead of running them again: a failing one ends it
-at once (no runner, no baseline), a passing one leaves it the baseline's calibration and the
-race, whose batches are checked against the reference too. Run alone, it runs the cases itself.
+at once (no runner, no baseline), a passing one leaves it the race, whose batches are checked
+against the reference too. Run alone, it runs the cases itself.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -52,6 +58,9 @@ from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Exercise
 from . import protocol, sandbox
 from .cells import answer_code
+
+if TYPE_CHECKING:
+    from . import clock
 
 ISOLATE_VAR = settings.ISOLATE.name
 TIMEOUT_VAR = settings.GRADING_TIMEOUT_S.name
@@ -231,40 +240,42 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     where, seed = device.current(), secrets.randbits(31)
     # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
     key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))
-    runner = _take_kept(key if cases == "hidden" else None, deadline)
+    kept = _take_kept(key if cases == "hidden" or measure_throughput else None, deadline)
     earlier = _verdicts.get(key) if cases == "visible" and measure_throughput else None
     sandbox.become_subreaper()
-    timing = measure_throughput and where.has_gpu and exercise.throughput is not None
-    if earlier is not None and not (timing and earlier.correct):  # nothing left to run
+    races = where.has_gpu and exercise.throughput is not None  # this test, or a later one of these cells
+    if earlier is not None and not (races and earlier.correct):  # nothing left to run
+        kept.stop()
         result = _copy(earlier)
-        if measure_throughput and exercise.throughput is not None:
-            result.throughput = _throughput(result, timing, None, None)
+        if exercise.throughput is not None:
+            result.throughput = _throughput(result, races, None, None)
         return result
-    baseline, keep = None, False
+    keep_runner = keep_baseline = False
     try:
-        if timing:  # the clean baseline is timed before any student code is loaded
-            baseline = Runner(exercise, None, deadline, budget)
-            clean = clock.Baseline(exercise, baseline)
-        runner = runner or Runner(exercise, code, deadline, budget)
-        try:
-            if runner.error:
-                result = _failed(exercise, runner.error)
-            elif earlier is not None:
-                result = _copy(earlier)
-            else:
-                result = CheckResult(exercise.name, seed, run_cases(exercise, runner, exercise.cases(cases, where.device),
-                                                                    seed, where.device))
-            if measure_throughput and exercise.throughput is not None:
-                result.throughput = _throughput(result, timing, clean if timing else None, runner)
-            keep = cases == "visible" and not measure_throughput and result.correct and not runner.ended
-        finally:
-            if keep:
-                _kept[key] = runner
-            else:
-                runner.stop()
+        if races and kept.baseline is None:  # calibrated before any student code is loaded
+            kept.baseline = clock.Baseline(exercise, Runner(exercise, None, deadline, budget))
+        kept.runner = kept.runner or Runner(exercise, code, deadline, budget)
+        if kept.runner.error:
+            result = _failed(exercise, kept.runner.error)
+        elif earlier is not None:
+            result = _copy(earlier)
+        else:
+            result = CheckResult(exercise.name, seed, run_cases(exercise, kept.runner,
+                                                                exercise.cases(cases, where.device), seed, where.device))
+        if measure_throughput and exercise.throughput is not None:
+            result.throughput = _throughput(result, races, kept.baseline, kept.runner)
+        # a later test of these cells: the hidden test, then the throughput test if the visible cases passed
+        later = not measure_throughput and (result if cases == "visible" else _verdicts.get(key, result)).correct
+        keep_baseline = later and races
+        keep_runner = later and result.correct and not kept.runner.ended
     finally:
-        if baseline is not None:
-            baseline.stop()
+        if not keep_runner and kept.runner is not None:
+            kept.runner.stop()
+            kept.runner = None
+        if keep_baseline or keep_runner:
+            _kept[key] = kept
+        else:
+            kept.stop()
     _name_memory_exhaustion(result)
     if cases == "visible" and not measure_throughput:
         _verdicts[key] = result
@@ -280,30 +291,47 @@ def _copy(verdict: CheckResult) -> CheckResult:
     return dataclasses.replace(verdict, cases=list(verdict.cases))
 
 
+@dataclasses.dataclass
+class _Kept:
+    """What one test of a student's answer cells leaves the next: the student's runner, and the
+    baseline (:class:`~.clock.Baseline`) calibrated before that runner started."""
+    runner: Runner | None = None
+    baseline: clock.Baseline | None = None
+
+    def stop(self) -> None:
+        for runner in (self.runner, self.baseline and self.baseline.reference):
+            if runner is not None:
+                runner.stop()
+        self.runner = self.baseline = None
+
+
 _verdicts: dict[tuple, CheckResult] = {}
 """The correctness tests' verdicts, by the answer cells and settings they graded, for the
 throughput test of the same cells."""
 
-_kept: dict[tuple, Runner] = {}
-"""The runner a correctness test kept for the hidden test (one at most), by the answer cells and
-settings it runs."""
+_kept: dict[tuple, _Kept] = {}
+"""What a test kept for the next (one student's at most), by the answer cells and settings it runs."""
 
 
-def _take_kept(key: tuple | None, deadline: float) -> Runner | None:
-    """The runner kept for ``key``, now with the test's ``deadline``, unless it ended between
-    tests; every other kept runner is stopped."""
-    runner = _kept.pop(key, None)
+def _take_kept(key: tuple | None, deadline: float) -> _Kept:
+    """What was kept for ``key``, now with the test's ``deadline``, less any runner that ended
+    between tests; everything else kept is stopped."""
+    kept = _kept.pop(key, None) or _Kept()
     stop_kept()
-    if runner is not None and runner.process.wait(0) is None:
-        runner.deadline = deadline
-        return runner
-    if runner is not None:
-        runner.stop()
-    return None
+    if kept.runner is not None and kept.runner.process.wait(0) is not None:
+        kept.runner.stop()
+        kept.runner = None
+    if kept.baseline is not None and kept.baseline.reference.process.wait(0) is not None:
+        kept.baseline.reference.stop()
+        kept.baseline = None
+    for runner in (kept.runner, kept.baseline and kept.baseline.reference):
+        if runner is not None:
+            runner.deadline = deadline
+    return kept
 
 
 def stop_kept() -> None:
-    """Stop every kept runner."""
+    """Stop everything kept."""
     while _kept:
         _kept.popitem()[1].stop()
 
