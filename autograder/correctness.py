@@ -73,7 +73,8 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
 
 
 def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
-    """Make fresh inputs for every case, have ``call(inputs, label)`` run the student's function on
+    """Make fresh inputs for every case (drawn on ``device``: on a GPU, a seed gives the same
+    inputs on the same kind of GPU and PyTorch), have ``call(inputs, label)`` run the student's function on
     them (in this process, :class:`InProcess`, or in a runner, :mod:`autograder.grading`) and
     judge what comes back against the reference. ``call`` returns ``(outputs, problem)``, the
     outputs those of :meth:`~autograder.spec.Exercise.call`;
@@ -85,7 +86,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
         if ended:
             results.append(CaseResult(case.label, False, *ended))
             continue
-        inputs = exercise.make_inputs(case, torch.Generator().manual_seed(seed + i), device)
+        inputs = exercise.make_inputs(case, torch.Generator(device).manual_seed(seed + i), device)
         outs, problem = call(inputs, case.label)
         if problem is None:
             problem = judge_output(exercise, case, inputs, outs)

@@ -7,8 +7,8 @@ from .spec import Case
 
 
 def random_tensors(case: Case, generator: torch.Generator, device: str, count: int):
-    """``count`` random tensors for ``case``, drawn where ``generator`` lives: a CPU generator
-    gives the same values on every device; a CUDA one is fast for the GPU's large timed inputs."""
+    """``count`` random tensors for ``case``, drawn where ``generator`` lives (every draw of an
+    exercise's inputs does so: a test checks): on a GPU, fast even for the largest cases."""
     return tuple(_random_tensor(case, generator, device) for _ in range(count))
 
 

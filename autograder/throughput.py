@@ -56,7 +56,7 @@ def measure(exercise: Exercise, fn, seed: int) -> ThroughputResult:
     spec = exercise.throughput
     if not torch.cuda.is_available():
         return not_measured()
-    input_sets = [exercise.make_inputs(spec.case, torch.Generator().manual_seed(seed + k), "cuda")
+    input_sets = [exercise.make_inputs(spec.case, torch.Generator("cuda").manual_seed(seed + k), "cuda")
                   for k in range(INPUT_SETS)]
     outputs: list = [None] * INPUT_SETS
     result = timing.compare(lambda *inputs: exercise.call(fn, inputs),

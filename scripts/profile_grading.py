@@ -48,7 +48,8 @@ def instrument() -> None:
 
     timed(protocol, "send", "send a request and its tensors' bytes")
     timed(protocol, "recv", "wait for a reply and read its tensors' bytes")
-    timed(judge.Runner, "__init__", "runner start (process, imports, answer cells)")
+    timed(judge.Runner, "__init__", "runner start (process; the baseline's whole start)")
+    timed(judge.Runner, "begin", "runner begin (the rest of its imports, CUDA context, answer cells)")
     timed(judge.Runner, "stop", "runner stop")
     timed(correctness, "judge_output", "check a case's outputs (reference, compare)")
     timed(clock.Baseline, "_calibrate", "clock: calibrate the baseline (3 clean batches incl.)")

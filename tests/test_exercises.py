@@ -68,3 +68,17 @@ def test_every_sweep_is_named_for_its_exercise():
     from autograder.bench.sweeps import SWEEPS
     for sweep in SWEEPS.values():
         assert sweep.exercise in EXERCISES and sweep.name.startswith(sweep.exercise), sweep.name
+
+
+def test_every_random_draw_happens_where_its_generator_lives():
+    """The judge draws a case's inputs with a generator on the case's device (a CPU draw of an
+    8192 × 8192 case took 0.2 s of a GPU grading); a call that takes a ``generator`` and no
+    ``device`` draws on the CPU, and with a CUDA generator raises."""
+    import ast
+    strays = []
+    for path in sorted((ROOT / "autograder").rglob("*.py")) + sorted((ROOT / "solutions").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            keywords = {k.arg for k in getattr(node, "keywords", ())} if isinstance(node, ast.Call) else set()
+            if "generator" in keywords and "device" not in keywords:
+                strays.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not strays, strays

@@ -176,6 +176,19 @@ def test_a_students_tests_share_one_runner_and_one_baseline(graded_here, started
     assert not any(map(running, started[:-kept])) and all(map(running, started[-kept:]))
 
 
+def test_a_runner_runs_no_student_code_before_it_begins(graded_here):
+    """A student's runner imports while the judge calibrates the baseline, and waits."""
+    runner = judging.Runner(ADD, SETUP + "\nopen('ran', 'w').close()\n" + REFERENCE_ADD, time.monotonic() + 120, 120,
+                            begin=False)
+    try:
+        marker = Path(runner.folder.name, "work", "ran")
+        time.sleep(5)  # time enough to import and run the cells, were it let
+        assert not marker.exists()
+        assert runner.begin().error is None and marker.exists()
+    finally:
+        runner.stop()
+
+
 def test_a_failed_hidden_test_leaves_the_throughput_test_the_baseline_and_a_fresh_runner(graded_here, started):
     write_notebook(graded_here, AFTER_THE_VISIBLE_CASES.format(visible=len(ADD.cases("visible", DEVICE.device)),
                                                                 then="return _add(x, y) + 1"))

@@ -103,7 +103,9 @@ class Runner:
     submission's own author); once the process has crashed, hung or broken the protocol,
     :attr:`ended` says so. It runs in a scratch folder of its own, removed when it stops."""
 
-    def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float):
+    def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float, begin: bool = True):
+        """Start the process; with ``begin``, also wait until it has run the answer cells
+        (:meth:`begin`). Until then a student's runner only imports: none of their code runs."""
         self.exercise, self.deadline, self.limit_s = exercise, deadline, limit_s
         self.ended: str | None = None
         self.ended_brief: str | None = None
@@ -122,11 +124,20 @@ class Runner:
                                          cache=compile_cache(),
                                          pass_fds=(theirs.fileno(),), trusted=code is None)
         theirs.close()
-        header, _ = self.request(None, limit_s=START_LIMIT_S)
-        error = self.ended or header.get("error")
-        self.error: str | None = error if error is None or isinstance(error, str) else \
-            say("the grading process sent a start-up message the judge does not accept.")
+        self.error: str | None = None
         """Why the answer cells could not be graded at all, or None."""
+        self.trusted = code is None
+        if begin:
+            self.begin()
+
+    def begin(self) -> Runner:
+        """Let a student's runner go on to its CUDA context, its confinement and the answer cells,
+        and wait for them to run (the baseline's runner goes on by itself)."""
+        header, _ = self.request(None if self.trusted else {"op": "begin"}, limit_s=START_LIMIT_S)
+        error = self.ended or header.get("error")
+        self.error = error if error is None or isinstance(error, str) else \
+            say("the grading process sent a start-up message the judge does not accept.")
+        return self
 
     def request(self, header: dict | None, tensors=(), max_bytes: int = 0, limit_s: float | None = None):
         """Send a request (None: only wait for the next message) and return the reply; a
@@ -252,9 +263,16 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
         return result
     keep_runner = keep_baseline = False
     try:
+        if races and kept.baseline is None and kept.runner is not None:  # its baseline's runner ended
+            kept.runner.stop()  # a clean baseline is timed with no student code loaded
+            kept.runner = None
+        fresh = kept.runner is None
+        if fresh:  # it imports (about a second) while the baseline is calibrated, then waits to begin
+            kept.runner = Runner(exercise, code, deadline, budget, begin=False)
         if races and kept.baseline is None:  # calibrated before any student code is loaded
             kept.baseline = clock.Baseline(exercise, Runner(exercise, None, deadline, budget))
-        kept.runner = kept.runner or Runner(exercise, code, deadline, budget)
+        if fresh:
+            kept.runner.begin()
         if kept.runner.error:
             result = _failed(exercise, kept.runner.error)
         elif earlier is not None:

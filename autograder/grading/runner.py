@@ -152,9 +152,16 @@ def main(argv=None) -> int:
     sandbox.limit_memory()
     from .. import device, exercises
     where = device.setup_device(verbose=False)  # before the student's @triton.jit
+    exercise = exercises.get(args.exercise)
+    if not args.reference:  # the judge may be timing the baseline: no CUDA context, no student code yet
+        try:
+            header, _ = protocol.recv(channel, time.monotonic() + READY_TIMEOUT_S, 0)
+        except protocol.ProtocolError:
+            return 0
+        if header.get("op") != "begin":
+            return 0
     if where.has_gpu:
         device.start_cuda()  # and before confining: the driver opens its files here
-    exercise = exercises.get(args.exercise)
     if args.reference:
         protocol.send(channel, {"error": None})
         serve(channel, Server(exercise, exercise.reference, where.device))

@@ -20,7 +20,7 @@ def _inputs(case: Case, generator: torch.Generator, device: str) -> tuple[torch.
     """Scores 3 * N(0, 1), even rows shifted by ``LARGE_LOGIT``; ``strided``: x[:, :n] of a wider tensor."""
     rows, n = case.shape
     width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
-    x = 3 * torch.randn((rows, width), generator=generator, dtype=torch.float32)
+    x = 3 * torch.randn((rows, width), generator=generator, device=generator.device, dtype=torch.float32)
     x[::2] += LARGE_LOGIT
     x = x.to(device, case.dtype)
     return (x[:, :n] if case.strided else x,)

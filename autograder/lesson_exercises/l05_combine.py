@@ -24,8 +24,8 @@ def _states(case: Case, generator: torch.Generator, device: str):
     3rd element has m1 = m2 (a tie), every 5th has state 1 empty, every 7th state 2 empty,
     and the last element has both empty (s = 0 there, where the unguarded formula gives NaN)."""
     (n,) = case.shape
-    m1, m2 = (4 * torch.randn(n, generator=generator, dtype=torch.float64) for _ in range(2))
-    s1, s2 = (1 + 1000 * torch.rand(n, generator=generator, dtype=torch.float64) for _ in range(2))
+    m1, m2 = (4 * torch.randn(n, generator=generator, device=generator.device, dtype=torch.float64) for _ in range(2))
+    s1, s2 = (1 + 1000 * torch.rand(n, generator=generator, device=generator.device, dtype=torch.float64) for _ in range(2))
     i = torch.arange(n)
     m2[i % 3 == 0] = m1[i % 3 == 0]
     for m, s, empty in ((m1, s1, (i % 5 == 1) | (i == n - 1)), (m2, s2, (i % 7 == 2) | (i == n - 1))):

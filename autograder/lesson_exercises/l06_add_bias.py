@@ -10,8 +10,8 @@ def _add_bias_inputs(case: Case, generator: torch.Generator, device: str):
     """``x`` of ``case.shape`` and a bias row; ``strided`` makes ``x`` the middle third of a
     matrix three times as wide, the way the keys sit in a fused (q, k, v) projection."""
     rows, cols = case.shape
-    wide = torch.randn((rows, 3 * cols if case.strided else cols), generator=generator)
-    bias = torch.randn(cols, generator=generator)
+    wide = torch.randn((rows, 3 * cols if case.strided else cols), generator=generator, device=generator.device)
+    bias = torch.randn(cols, generator=generator, device=generator.device)
     # Convert first, slice second: .to() of a view with gaps returns a contiguous copy.
     wide, bias = wide.to(device, case.dtype), bias.to(device, case.dtype)
     return (wide[:, cols:2 * cols] if case.strided else wide), bias

@@ -27,10 +27,10 @@ def _state_and_block(case: Case, generator: torch.Generator, device: str):
     is off by factors of e^8. Every 4th row, and the last, is the empty state (m = -inf,
     acc = 0) that a row holds before its first block."""
     rows, head_dim = case.shape
-    m = 2 * torch.randn(rows, generator=generator)
-    acc = 3 * torch.randn(rows, head_dim, generator=generator)
-    s = 2 * torch.randn(rows, KEYS, generator=generator)
-    v = torch.randn(KEYS, head_dim, generator=generator)
+    m = 2 * torch.randn(rows, generator=generator, device=generator.device)
+    acc = 3 * torch.randn(rows, head_dim, generator=generator, device=generator.device)
+    s = 2 * torch.randn(rows, KEYS, generator=generator, device=generator.device)
+    v = torch.randn(KEYS, head_dim, generator=generator, device=generator.device)
     empty = (torch.arange(rows) % 4 == 1) | (torch.arange(rows) == rows - 1)
     m[empty], acc[empty] = float("-inf"), 0.0
     return m.to(device), acc.to(device), s.to(device), v.to(device, torch.float16)

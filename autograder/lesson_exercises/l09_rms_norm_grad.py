@@ -28,7 +28,7 @@ def _inputs(case: Case, generator: torch.Generator, device: str):
     rows, n = case.shape
     (x,) = random_tensors(case, generator, device, count=1)
     x[2::3] = 0
-    dy = torch.randn(rows, n, generator=generator).to(device, case.dtype)
+    dy = torch.randn(rows, n, generator=generator, device=generator.device).to(device, case.dtype)
     return x, dy
 
 

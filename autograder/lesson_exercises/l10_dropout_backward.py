@@ -32,8 +32,8 @@ def _inputs(case: Case, generator: torch.Generator, device: str):
     """(dy, p, seed): dy as ``case`` says (standard normal, or a row slice of a wider matrix),
     p one of :data:`PROBABILITIES`, seed a random non-negative int32."""
     (dy,) = random_tensors(case, generator, device, count=1)
-    p = PROBABILITIES[int(torch.randint(len(PROBABILITIES), (1,), generator=generator))]
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+    p = PROBABILITIES[int(torch.randint(len(PROBABILITIES), (1,), generator=generator, device=generator.device))]
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device))
     return dy, p, seed
 
 

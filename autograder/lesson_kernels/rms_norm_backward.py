@@ -38,8 +38,8 @@ def layer_inputs(case: Case, generator: torch.Generator, device: str):
     rows, n = case.shape
     (x,) = random_tensors(case, generator, device, count=1)
     x[2::3] = 0
-    w = torch.randn(n, generator=generator).to(device, case.dtype)
-    dy = torch.randn(rows, n, generator=generator).to(device, case.dtype)
+    w = torch.randn(n, generator=generator, device=generator.device).to(device, case.dtype)
+    dy = torch.randn(rows, n, generator=generator, device=generator.device).to(device, case.dtype)
     return x, w, dy
 
 
