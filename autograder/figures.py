@@ -281,7 +281,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="fold the figures a GPU run of the lessons recorded into "
                                                  "results/gpu/figures.json")
     parser.add_argument("outputs", type=Path, help="the file the run's lessons wrote their outputs to (settings.NOTEBOOK_OUTPUTS)")
-    names = ingest(parser.parse_args(argv).outputs)
+    outputs = parser.parse_args(argv).outputs
+    if not outputs.resolve().is_relative_to(ROOT):  # a figure's source must stay with the repository
+        print(f"{outputs} is outside the repository: copy it into results/gpu/ (for example "
+              f"results/gpu/notebook-outputs-DATE-CARD.txt), commit it, and fold that copy", file=sys.stderr)
+        return 2
+    names = ingest(outputs, REGISTRY)
     print(f"recorded {len(names)} figures: {', '.join(sorted(set(names)))}\nnow: triton-course sync")
     return 0
 

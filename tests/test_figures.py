@@ -68,6 +68,16 @@ def test_every_figure_resolves_and_each_recorded_one_names_a_file_that_exists():
         assert (ROOT / entry["source"].split(",")[0]).exists(), (name, entry["source"])
 
 
+def test_figures_are_folded_only_from_a_file_the_repository_keeps(tmp_path, monkeypatch):
+    outputs = tmp_path / "notebook-outputs.txt"  # e.g. the device tool's copy, gone with the session
+    outputs.write_text('figure: {"name": "x.y", "value": 1.0, "unit": "ms"}\n')
+    registry = tmp_path / "figures.json"
+    registry.write_text(figures.REGISTRY.read_text())
+    monkeypatch.setattr(figures, "REGISTRY", registry)
+    before = registry.read_text()
+    assert figures.main([str(outputs)]) == 2 and registry.read_text() == before
+
+
 def test_a_lessons_figures_on_a_gpu_run_reach_the_prose(tmp_path, monkeypatch):
     """What scripts/gpu_run.sh tests does, faked on the CPU: a lesson cell records, the run's
     outputs are folded into the registry, the sync quotes the new value."""

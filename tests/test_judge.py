@@ -161,8 +161,8 @@ REFERENCE_ADD = solution_section("solutions/broadcast_add.py", "add")
 def test_a_students_tests_share_one_runner_and_one_baseline(graded_here, started):
     write_notebook(graded_here, REFERENCE_ADD)
     assert isolated().correct and all(map(running, started))
-    # on a GPU the baseline's runner starts first, and is calibrated before any student code loads
-    assert [r.reference for r in started] == ([True, False] if DEVICE.has_gpu else [False])
+    # on a GPU a baseline's runner too (calibrated while the student's runner waits to begin)
+    assert sorted(r.reference for r in started) == ([False, True] if DEVICE.has_gpu else [False])
     assert isolated(cases="hidden").correct and len(started) == len(students(started)) + DEVICE.has_gpu
     assert all(map(running, started))  # the throughput test races them
     timed = judging.grade_notebook(ADD, cases="visible", measure_throughput=True)
