@@ -252,14 +252,17 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
     key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))
     kept = _take_kept(key if cases == "hidden" or measure_throughput else None, deadline)
-    earlier = _verdicts.get(key) if cases == "visible" and measure_throughput else None
+    visible = _verdicts.get(key)  # the correctness test's verdict on these cells, where it ran
+    earlier = visible if cases == "visible" and measure_throughput else None
     sandbox.become_subreaper()
-    races = where.has_gpu and exercise.throughput is not None  # this test, or a later one of these cells
-    if earlier is not None and not (races and earlier.correct):  # nothing left to run
+    timed = where.has_gpu and exercise.throughput is not None
+    # a race against the baseline, in this test or a later one of these cells: not after failed visible cases
+    races = timed and (cases == "visible" and not measure_throughput or visible is None or visible.correct)
+    if earlier is not None and not (timed and earlier.correct):  # nothing left to run
         kept.stop()
         result = _copy(earlier)
         if exercise.throughput is not None:
-            result.throughput = _throughput(result, races, None, None)
+            result.throughput = _throughput(result, timed, None, None)
         return result
     keep_runner = keep_baseline = False
     try:
@@ -283,7 +286,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
         if measure_throughput and exercise.throughput is not None:
             result.throughput = _throughput(result, races, kept.baseline, kept.runner)
         # a later test of these cells: the hidden test, then the throughput test if the visible cases passed
-        later = not measure_throughput and (result if cases == "visible" else _verdicts.get(key, result)).correct
+        later = not measure_throughput and (result if cases == "visible" else visible or result).correct
         keep_baseline = later and races
         keep_runner = later and result.correct and not kept.runner.ended
     finally:
