@@ -1,13 +1,14 @@
 """The runner: the one process that runs a student's code while it is graded.
 
 It caps its memory and imports the course; then (a student's runner, once the judge says
-``begin``: the judge may be timing the baseline meanwhile) creates its CUDA context, confines
-itself (:mod:`.confine`), runs the notebook's setup and answer cells, and then serves the
-judge over the channel it was given: each request names inputs, the runner calls the
-student's function on them under the course's rules (:func:`autograder.correctness.call_student`) and sends back the outputs' bytes (with
-the gradients, for an exercise that has them), or for a timed batch their device memory
-(:mod:`.ipc`). It decides nothing: whatever it sends is checked by the judge, and anything it
-leaves out is a failure.
+``begin``: the judge may be timing the baseline meanwhile) creates its CUDA context,
+confines itself (:mod:`.confine`), runs the notebook's setup and answer cells, and then
+serves the judge over the channel it was given: each request names inputs, the runner calls
+the student's function on them under the course's rules
+(:func:`autograder.correctness.call_student`) and sends back the outputs' bytes (with the
+gradients, for an exercise that has them), or for a timed batch their device memory
+(:mod:`.ipc`). It decides nothing: whatever it sends is checked by the judge, and anything
+it leaves out is a failure.
 
 ``python -m autograder.grading.runner ANSWER.py EXERCISE FD`` is its entry point, the
 channel being file descriptor FD; with ``--reference`` it serves the exercise's PyTorch
