@@ -7,10 +7,10 @@ its own clock (:mod:`.clock`). Under ``nbgrader autograde`` it runs in nbgrader'
 which runs only the instructor's cells (:mod:`.autograde`): the verdict, the points and the
 cell output nbgrader reads come from a process that never ran the student's code.
 
-A student's tests share their runners (:func:`_take_kept`): the correctness test starts the
-student's runner and, on a GPU, first the PyTorch baseline's runner, calibrated while no
-student code is loaded; the hidden test takes both, and the throughput test races the
-student's runner against that baseline. Two starts saved per passing student (a process, the
+A student's tests share their runners (:func:`_take_kept`): the correctness test spawns the
+student's runner, which imports and waits while (on a GPU) the PyTorch baseline's runner is
+calibrated with no student code loaded, then runs the answer cells; the hidden test takes
+both, and the throughput test races the student's runner against that baseline. Two starts saved per passing student (a process, the
 course's imports, the answer cells, a first call). A student's runner is kept only by a
 correctness test whose every case passed, and taken only by a later test of the same answer
 cells under the same settings; any other test stops it first. After a crash, a hang, an
