@@ -5,7 +5,7 @@ Prose never types a measured figure: it marks it, ``<!--fig:copy_bandwidth-->4,0
 (``triton-course sync``) rewrites the text between the markers from the record, in the lessons,
 their translations and the README at once; ``--check`` reports a figure that drifted.
 ``<!--fig:NAME:SPEC-->`` formats the value with a format spec (``.3f``); ``SPEC`` = ``date`` gives
-the day it was measured.
+the day it was measured, ``card`` the GPU it was measured on.
 
 Where the figures come from:
 
@@ -63,9 +63,12 @@ class Figure:
     """The file that holds the run, or the figures it was derived from."""
 
     def text(self, spec: str | None = None) -> str:
-        """As prose quotes it: ``4,027 GB/s``, ``1.56×``, ``90%``; ``spec="date"``: the date."""
+        """As prose quotes it: ``4,027 GB/s``, ``1.56×``, ``90%``; ``spec="date"``: the date;
+        ``spec="card"``: the GPU, without its maker's name (``H100 80GB HBM3``)."""
         if spec == "date":
             return self.date
+        if spec == "card":
+            return self.card.removeprefix("NVIDIA ")
         number = format(self.value, spec or DEFAULT_SPEC[self.unit])
         return number + ("" if self.unit in ("×", "%", "") else " ") + self.unit
 

@@ -45,8 +45,9 @@ def traffic_note(exercise: Exercise, fn, seed: int, case) -> str:
     if ratio < 1.05:
         return say(" On {label}, your kernels moved {moved} where the operation needs {fewest}: {ratio:.2f}x, "
                    "each byte once, as a fast kernel does.", **figures)
-    return say(" On {label}, your kernels moved {moved} where the operation needs {fewest}: {ratio:.2f}x, so on a "
-               "GPU it would run at most {share:.0%} as fast as a kernel that moves each byte once.",
+    return say(" On {label}, your kernels moved {moved} where the operation needs {fewest}: {ratio:.2f}x; where the "
+               "extra bytes come from GPU memory, it runs at {share:.0%} of the speed of a kernel that moves each "
+               "byte once (re-reads the cache still holds cost less).",
                share=1 / ratio, **figures)
 
 

@@ -436,7 +436,7 @@ def _add_reading_x_twice(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, TWICE: t
 
 @pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's traffic count (no GPU)")
 @pytest.mark.parametrize("twice, words", [(False, "1.00x, each byte once"),
-                                          (True, "1.33x, so on a GPU it would run at most 75% as fast")])
+                                          (True, "1.33x; where the extra bytes come from GPU memory, it runs at 75% of the speed")])
 def test_without_a_gpu_the_throughput_line_counts_the_bytes_the_kernels_moved(twice, words):
     def add(x, y):
         out = torch.empty_like(x)

@@ -43,10 +43,11 @@ def test_a_typed_figure_is_caught_and_declarations_shapes_and_allowed_ones_are_n
 
 def test_the_sync_rewrites_a_drifted_figure_and_refuses_an_unknown_name():
     text = ("<!--fig:copy_bandwidth-->4,177 GB/s<!--/fig--> and <!--fig:x.ratio:.3f-->1.5×<!--/fig--> "
-            "(<!--fig:x.ratio:date--><!--/fig-->)")
+            "(<!--fig:x.ratio:date--><!--/fig-->, <!--fig:x.ratio:card-->H100<!--/fig-->)")
     assert figures.fill(text, FIGS) == ("<!--fig:copy_bandwidth-->4,027 GB/s<!--/fig--> and "
-                                        "<!--fig:x.ratio:.3f-->1.560×<!--/fig--> (<!--fig:x.ratio:date-->2026-12-03<!--/fig-->)")
-    assert figures.rendered(figures.fill(text, FIGS)) == "4,027 GB/s and 1.560× (2026-12-03)"
+                                        "<!--fig:x.ratio:.3f-->1.560×<!--/fig--> (<!--fig:x.ratio:date-->2026-12-03<!--/fig-->, "
+                                        "<!--fig:x.ratio:card-->H200<!--/fig-->)")
+    assert figures.rendered(figures.fill(text, FIGS)) == "4,027 GB/s and 1.560× (2026-12-03, H200)"
     with pytest.raises(KeyError, match="copy_bandwith.*names no recorded figure"):
         figures.fill("<!--fig:copy_bandwith-->4,027 GB/s<!--/fig-->", FIGS, where="README.md")
 

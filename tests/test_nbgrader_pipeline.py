@@ -3,12 +3,14 @@ grade the class, feedback and export, with simulated students; and every assignm
 reference solution autograded."""
 import csv
 import json
+import multiprocessing
 import re
 import runpy
 import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -274,9 +276,18 @@ def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
 
 
 def expected_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None = None) -> dict[str, float]:
-    """What the answer earns by the self-check, run here on this machine's cases; with ``seeds``
+    """What the answer earns by the self-check, run on this machine's cases; with ``seeds``
     (a part's name -> seed), on the inputs that grading drew, so a mistake that a draw can hide
-    is judged on the same draw."""
+    is judged on the same draw. On a GPU in a process of its own: a mistake's stray store can
+    break the CUDA context it ran in (an illegal address), and every later call with it."""
+    if not DEVICE.has_gpu:
+        return _self_checked_points(assignment, answer_cell, seeds)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_self_checked_points, assignment, answer_cell, seeds).result()
+
+
+def _self_checked_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None) -> dict[str, float]:
+    """:func:`expected_points`, in this process."""
     from autograder import check, grading
     spec = exercises.get(assignment)
     nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)

@@ -26,7 +26,6 @@ from nbgrader.api import Gradebook
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
-from ..language import say
 
 
 def grade_id(cell) -> str | None:
@@ -137,25 +136,10 @@ def _restored(cells, originals, order) -> list:
     return [nbformat.from_dict(c) for c in out]
 
 
-class GradedElsewhere:
-    """What nbgrader's kernel holds for the function under test while it autogrades: ``grade``
-    takes the function from the notebook file instead."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self) -> str:
-        return say("<{function}: graded from the notebook's answer cells, in a runner process>", function=self.name)
-
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(say("`{function}` does not run in nbgrader's kernel: only the graded cells do, and they "
-                               "have the answer cells run in a runner process.", function=self.name))
-
-
 class ExecuteInstructorCells(Execute):
     """nbgrader's Execute, for the locked cells only, and only with the gradebook's text.
 
-    In the kernel, the function under test is a :class:`GradedElsewhere` placeholder: ``grade``
+    In the kernel, the function under test is a :class:`~.placeholder.GradedElsewhere` placeholder: ``grade``
     has the notebook's answer cells run in a runner process, so the name only has to exist. A notebook that is not one of the course's exercises runs as nbgrader
     runs it, every cell."""
 
@@ -183,7 +167,7 @@ class ExecuteInstructorCells(Execute):
         return super().preprocess_cell(cell, resources, index)
 
     def _define_placeholder(self, index: int) -> None:
-        code = (f"from autograder.grading.autograde import GradedElsewhere as _GradedElsewhere\n"
+        code = (f"from autograder.grading.placeholder import GradedElsewhere as _GradedElsewhere\n"
                 f"{self._function} = _GradedElsewhere({json.dumps(self._function)})")
         done = self.execute_cell(nbformat.v4.new_code_cell(code), index, store_history=False)
         errors = [o for o in done.outputs if o.output_type == "error"]
