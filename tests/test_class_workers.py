@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from nbgrader.api import MissingEntry
 
+from autograder.instructor import grade_workers
 from autograder.instructor.grade_class import RESULTS_FOLDER, grade_class, saved
 from conftest import DEVICE, venv_env
 from test_nbgrader_pipeline import PS1, ROW_MASK_ONLY, answer, cell_scores, new_course, reference
@@ -50,8 +51,44 @@ def outcome(course: Path, students=STUDENTS) -> dict:
 def one_worker(submitted, tmp_path_factory):
     course = copy_of(submitted, tmp_path_factory.mktemp("one"))
     start = time.monotonic()
-    grade_class(course, PS1, workers=1)
+    Counted.started.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grade_workers, "Service", Counted)
+        grade_class(course, PS1, workers=1)
+    SERVICES["one_worker"] = list(Counted.started)
     return course, time.monotonic() - start
+
+
+SERVICES: dict[str, list] = {}
+"""The nbgrader processes a fixture's grading started."""
+
+
+class Counted(grade_workers.Service):
+    """A service that keeps its process, for the tests to look at."""
+    started: list = []
+
+    def __init__(self, env):
+        super().__init__(env)
+        Counted.started.append(self.process)
+
+
+def test_one_worker_grades_every_student_in_one_nbgrader_process_and_ends_it(one_worker):
+    started, = SERVICES["one_worker"]
+    assert started.poll() == 0 and all(cell_scores(one_worker[0], PS1, s) for s in STUDENTS)
+
+
+def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_next_gets_a_new_one(
+        submitted, tmp_path, monkeypatch):
+    monkeypatch.setattr(grade_workers, "Service", Counted)
+    Counted.started.clear()
+    job = grade_workers.make_job(submitted, PS1, "ada", grade_workers.snapshot(submitted / "gradebook.db"))
+    late = grade_workers.run_job(job, tmp_path, timeout_s=5)
+    assert late.problem == "grading took longer than 5 s and was stopped"
+    assert Counted.started[0].poll() == -9 and running_in(tmp_path) == []
+    graded = grade_workers.run_job(job, tmp_path)
+    assert graded.problem is None and len(Counted.started) == 2 and Counted.started[1].poll() is None
+    grade_workers.close_services()
+    assert Counted.started[1].wait(5) == 0
 
 
 def test_two_workers_grade_exactly_as_one_in_at_most_three_quarters_of_the_time(one_worker, submitted, tmp_path):

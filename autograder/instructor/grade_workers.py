@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import select
 import shutil
 import signal
 import sqlite3
@@ -119,46 +120,130 @@ def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> J
     return Job(assignment, student, files)
 
 
-_running: dict[int, subprocess.Popen] = {}
+JOBS_PER_SERVICE = 50
+"""A worker's nbgrader process grades this many students, then a fresh one starts: whatever
+nbgrader leaves behind in a process stays bounded."""
+
+
+class Service:
+    """A worker's nbgrader process (:mod:`.autograde_service`): started with the worker's
+    environment, it grades one student at a time until closed, stopped or recycled."""
+
+    def __init__(self, env: dict[str, str]):
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="nbgrader-", suffix=".log", delete=False)
+        read, write = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "autograder.instructor.autograde_service", str(write)],
+            cwd=tempfile.gettempdir(), env=os.environ | env, stdin=subprocess.PIPE, stdout=self.log,
+            stderr=subprocess.STDOUT, text=True, pass_fds=(write,), start_new_session=True)
+        os.close(write)
+        self.answers = os.fdopen(read)
+        self.graded = 0
+
+    def grade(self, root: Path, job: Job, env: dict[str, str], timeout_s: float) -> tuple[dict | None, str]:
+        """nbgrader's answer for ``job`` in the course folder ``root`` (None if it never came:
+        the process ended, or ``timeout_s`` passed and it was stopped) and what the process
+        printed meanwhile."""
+        start = os.path.getsize(self.log.name)
+        try:
+            self.process.stdin.write(json.dumps({"root": str(root), "assignment": job.assignment,
+                                                 "student": job.student, "env": env}) + "\n")
+            self.process.stdin.flush()
+            ready, _, _ = select.select([self.answers], [], [], timeout_s)
+            answer = json.loads(self.answers.readline() or "null") if ready else None
+        except OSError:  # it had ended
+            answer = None
+        with open(self.log.name) as log:
+            log.seek(start)
+            printed = log.read()
+        if answer is None:
+            self.stop()
+        self.graded += 1
+        return answer, printed
+
+    def stop(self) -> None:
+        """Kill it, its kernel and every runner below."""
+        kill_tree(self.process.pid)
+        self.process.wait()
+        self._release()
+
+    def close(self) -> None:
+        """Let it finish (end of input); stop it if it does not."""
+        try:
+            self.process.stdin.close()
+            self.process.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            kill_tree(self.process.pid)
+            self.process.wait()
+        self._release()
+
+    def _release(self) -> None:
+        self.answers.close()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+_idle: dict[tuple, list[Service]] = {}
+"""This process's idle services, by the environment they were started with."""
+_busy: set[Service] = set()
 _lock = threading.Lock()
+
+
+def _take_service(env: dict[str, str]) -> Service:
+    """An idle service started with ``env``, or a new one."""
+    with _lock:
+        idle = _idle.get(tuple(sorted(env.items())), [])
+        service = idle.pop() if idle else None
+    if service is not None and service.process.poll() is not None:  # it ended while idle
+        service.stop()
+        service = None
+    service = service or Service(env)
+    with _lock:
+        _busy.add(service)
+    return service
+
+
+def _give_back(service: Service, env: dict[str, str]) -> None:
+    with _lock:
+        _busy.discard(service)
+        keep = service.process.poll() is None and service.graded < JOBS_PER_SERVICE
+        if keep:
+            _idle.setdefault(tuple(sorted(env.items())), []).append(service)
+    if not keep:
+        service.close()
 
 
 def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
             timeout_s: float = STUDENT_TIMEOUT_S) -> Result:
-    """Grade ``job`` with ``nbgrader autograde`` in a new course folder under ``workdir``
-    (removed afterwards), with ``env`` added to this process's environment."""
+    """Grade ``job`` with nbgrader (``autograde --create --force``) in a new course folder under
+    ``workdir`` (removed afterwards), by one of this process's services started with ``env``
+    (the worker's environment, added to this process's): an idle one, or a new one."""
+    env = env or {}
     root = workdir / f"{job.assignment}-{job.student}"
     shutil.rmtree(root, ignore_errors=True)
+    service = None
     try:
         for name, content in job.files.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(content)
-        cmd = [sys.executable, "-m", "nbgrader", "autograde", job.assignment, "--student", job.student,
-               "--create", "--force", f"--CourseDirectory.root={root}"]
         record = root / "grading-record.jsonl"
         start = time.monotonic()
-        process = subprocess.Popen(cmd, cwd=root, env=os.environ | (env or {}) | {settings.GRADING_RECORD.name: str(record)},
-                                   stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   start_new_session=True)
-        with _lock:
-            _running[process.pid] = process
-        try:
-            output, _ = process.communicate(timeout=timeout_s)
-            problem = None if process.returncode == 0 else _last_error(output)
-        except subprocess.TimeoutExpired:
-            kill_tree(process.pid)
-            output, _ = process.communicate()
-            problem = f"grading took longer than {timeout_s:g} s and was stopped"
-        finally:
-            with _lock:
-                _running.pop(process.pid, None)
+        service = _take_service(env)
+        answer, printed = service.grade(root, job, {settings.GRADING_RECORD.name: str(record)}, timeout_s)
+        if answer is None:
+            problem = (f"grading took longer than {timeout_s:g} s and was stopped" if time.monotonic() - start >= timeout_s
+                       else _last_error(printed or "nbgrader's process ended"))
+        else:
+            problem = None if answer.get("success") else _last_error(answer.get("log", "") + answer.get("error", ""))
+        output = printed + (answer or {}).get("log", "") + (answer or {}).get("error", "")
         graded = root / "autograded" / job.student / job.assignment
         return Result(job.student, problem, read_scores(root / "gradebook.db", job.assignment, job.student),
                       {str(p.relative_to(graded)): (p.stat().st_mode & 0o777, p.read_bytes())
                        for p in sorted(graded.rglob("*")) if p.is_file()},
                       time.monotonic() - start, output[-KEPT_LOG_CHARS:], recorded_seeds(record))
     finally:
+        if service is not None:
+            _give_back(service, env)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -197,11 +282,23 @@ def kill_tree(pid: int) -> None:
 
 
 def stop_all() -> None:
-    """Kill every grading this process has running (after a Ctrl-C)."""
+    """Kill every grading this process has running, and its idle services (after a Ctrl-C)."""
     with _lock:
-        pids = list(_running)
-    for pid in pids:
-        kill_tree(pid)
+        busy, idle = list(_busy), [service for services in _idle.values() for service in services]
+        _idle.clear()
+    for service in busy:
+        kill_tree(service.process.pid)  # its thread sees the end, and cleans up
+    for service in idle:
+        service.stop()
+
+
+def close_services() -> None:
+    """End this process's idle services (its pool is done)."""
+    with _lock:
+        services = [service for idle in _idle.values() for service in idle]
+        _idle.clear()
+    for service in services:
+        service.close()
 
 
 def read_scores(database: Path, assignment: str, student: str) -> dict | None:
@@ -292,6 +389,7 @@ class LocalPool:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+        close_services()
 
 
 class DaskPool:
