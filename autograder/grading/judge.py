@@ -357,6 +357,16 @@ def stop_kept() -> None:
         _kept.popitem()[1].stop()
 
 
+def clean_up() -> None:
+    """What this judge's exit functions do, done now: stop everything kept and remove the
+    compile cache. nbgrader's kernel runs it after the last graded cell and is then killed
+    (:class:`~.autograde.ExecuteInstructorCells`)."""
+    stop_kept()
+    if compile_cache.cache_info().currsize:
+        shutil.rmtree(compile_cache(), ignore_errors=True)
+        compile_cache.cache_clear()
+
+
 def _throughput(result: CheckResult, timing: bool, clean, runner: Runner | None) -> ThroughputResult:
     """The throughput verdict: ``clean`` (the timed baseline) races ``runner`` when ``timing``
     (a GPU) and every case passed."""

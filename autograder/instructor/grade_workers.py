@@ -4,7 +4,8 @@ on this machine (:class:`LocalPool`, threads) or on a Dask cluster (:class:`Dask
 A worker gets a :class:`Job`: one student's submission with what ``nbgrader autograde``
 needs around it (the course's nbgrader settings, the assignment's source and release, a
 snapshot of the gradebook), as bytes, so that it can run on this machine or on another. It
-grades in a scratch course folder, pinned to its slot (a GPU of its own), and hands back a
+grades in a scratch course folder, pinned to its slot (a GPU of its own), by a nbgrader process
+it keeps from one student to the next (:class:`Service`), and hands back a
 :class:`Result`: the scores and comments nbgrader wrote, and the graded notebooks. Only the
 process that owns the real gradebook writes to it (:func:`merge`), one student at a time, so
 workers never contend for one sqlite file and a run stopped at any moment leaves every
