@@ -77,7 +77,7 @@ def test_one_worker_grades_every_student_in_one_nbgrader_process_and_ends_it(one
     assert started.poll() == 0 and all(cell_scores(one_worker[0], PS1, s) for s in STUDENTS)
 
 
-def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_next_gets_a_new_one(
+def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_next_gets_a_new_one_as_after_50(
         submitted, tmp_path, monkeypatch):
     monkeypatch.setattr(grade_workers, "Service", Counted)
     Counted.started.clear()
@@ -85,10 +85,12 @@ def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_ne
     late = grade_workers.run_job(job, tmp_path, timeout_s=5)
     assert late.problem == "grading took longer than 5 s and was stopped"
     assert Counted.started[0].poll() == -9 and running_in(tmp_path) == []
+    monkeypatch.setattr(grade_workers, "JOBS_PER_SERVICE", 2)
     graded = grade_workers.run_job(job, tmp_path)
     assert graded.problem is None and len(Counted.started) == 2 and Counted.started[1].poll() is None
+    assert grade_workers.run_job(job, tmp_path).problem is None and len(Counted.started) == 2
+    assert Counted.started[1].wait(5) == 0  # its second student: ended, a fresh one next time
     grade_workers.close_services()
-    assert Counted.started[1].wait(5) == 0
 
 
 def test_the_kernel_runs_its_exit_functions_before_it_is_killed(submitted, tmp_path):
