@@ -155,7 +155,7 @@ class ExecuteInstructorCells(Execute):
             self._function = None
         self._sources = {name: cell.source for name, cell in _originals(resources).items()}
         self._placeholder_defined = False
-        self.shutdown_kernel = "graceful"  # until :meth:`_finish` has run the exit functions
+        self.shutdown_kernel = "graceful"  # until :meth:`_finish` has had the judge clean up
         return super().preprocess(nb, resources, km)
 
     def preprocess_cell(self, cell, resources, index):
