@@ -74,9 +74,10 @@ def signature_problem(exercise: Exercise, fn, args) -> str | None:
 
 def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, device: str) -> list[CaseResult]:
     """Make fresh inputs for every case (drawn on ``device``: on a GPU, a seed gives the same
-    inputs on the same kind of GPU and PyTorch), have ``call(inputs, label)`` run the student's function on
-    them (in this process, :class:`InProcess`, or in a runner, :mod:`autograder.grading`) and
-    judge what comes back against the reference. ``call`` returns ``(outputs, problem)``, the
+    inputs on the same kind of GPU and PyTorch), have ``call(case, seed, inputs)`` run the
+    student's function on them (in this process, :class:`InProcess`, or in a runner, which
+    draws the same inputs from the case and seed, :mod:`autograder.grading`) and judge what
+    comes back against the reference. ``call`` returns ``(outputs, problem)``, the
     outputs those of :meth:`~autograder.spec.Exercise.call`;
     ``problem`` a :class:`Problem`; after a problem that ends the process (``call.ended``, in brief
     ``call.ended_brief``), the remaining cases are not run. Every failure also gets its brief
@@ -87,7 +88,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
             results.append(CaseResult(case.label, False, *ended))
             continue
         inputs = exercise.make_inputs(case, torch.Generator(device).manual_seed(seed + i), device)
-        outs, problem = call(inputs, case.label)
+        outs, problem = call(case, seed + i, inputs)
         if problem is None:
             problem = judge_output(exercise, case, inputs, outs)
         if problem is None:
@@ -129,10 +130,10 @@ class InProcess:
                 raise
         return call
 
-    def __call__(self, inputs, label: str):
+    def __call__(self, case: Case, seed: int, inputs):
         zones = GuardZones() if self.device == "cuda" else None
         given = tuple(copy_input(t, zones) if isinstance(t, torch.Tensor) else t for t in inputs)
-        return call_student(self.exercise, self.fn, given, label, self.device, self.earlier, zones)
+        return call_student(self.exercise, self.fn, given, case.label, self.device, self.earlier, zones)
 
 
 def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor:

@@ -2,7 +2,8 @@
 cells as nbgrader's kernel would (correctness, hidden cases, throughput), in a fresh Triton
 cache, and prints each test's seconds and, inside it, the judge's steps (runner starts, calls,
 the checks of outputs, the clock's calibration, input draws and timed batches). The visible
-cases then run once more in a new runner on the now warm cache: the difference is compiling.
+cases then run once more in a new runner on the now warm cache (the difference is compiling),
+and once more with only the host-side C modules cached (what building those costs).
 Usage: ``python scripts/profile_grading.py ps1_broadcast_add`` from the course root
 (``bash scripts/gpu_run.sh profile NAME...`` on the GPU machine)."""
 import collections
@@ -60,12 +61,12 @@ def instrument() -> None:
     timed(clock.Baseline, "_overhead", "clock: overhead probes")
     original_call = judge.Runner.__call__
 
-    def call(self, inputs, label):
+    def call(self, case, seed, inputs):
         start = time.perf_counter()
         try:
-            return original_call(self, inputs, label)
+            return original_call(self, case, seed, inputs)
         finally:
-            CALLS.append((time.perf_counter() - start, label))
+            CALLS.append((time.perf_counter() - start, case.label))
     judge.Runner.__call__ = call
 
 
@@ -82,6 +83,16 @@ def report(title: str, seconds: float, result, timed_run: bool) -> None:
     STEPS.clear(), COUNTS.clear(), CALLS.clear()
 
 
+def keep_only_host_modules(cache: Path) -> None:
+    """Leave in Triton's cache only its host modules (:mod:`autograder.grading.host_modules`):
+    the kernels compile again."""
+    from autograder.grading.host_modules import keep_host_modules
+    with tempfile.TemporaryDirectory() as kept:
+        keep_host_modules(cache, Path(kept))
+        shutil.rmtree(cache)
+        shutil.copytree(kept, cache)
+
+
 def profile(assignment: str) -> None:
     from autograder import exercises
     from autograder.grading import judge
@@ -94,10 +105,14 @@ def profile(assignment: str) -> None:
     total = time.perf_counter()
     for title, cases, timed_run in (("visible cases", "visible", False), ("hidden cases", "hidden", False),
                                     ("visible cases and throughput", "visible", True),
-                                    ("visible cases again, warm cache (not part of grading)", "visible", False)):
-        if title.startswith("visible cases again"):
+                                    ("visible cases again, warm cache (not part of grading)", "visible", False),
+                                    ("visible cases again, only the host-side modules (.so) cached", "visible", False)):
+        if title.startswith("visible cases again, warm"):
             print(f"{assignment}: the three graded tests {time.perf_counter() - total:.1f} s", flush=True)
+        if title.startswith("visible cases again"):
             judge.stop_kept()
+        if title.startswith("visible cases again, only"):
+            keep_only_host_modules(judge.compile_cache())
         start = time.perf_counter()
         result = judge.grade_notebook(exercise, cases=cases, measure_throughput=timed_run)
         report(f"{assignment}: {title}", time.perf_counter() - start, result, timed_run)

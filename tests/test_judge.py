@@ -104,6 +104,84 @@ def test_a_students_tests_share_a_compile_cache_of_their_own(graded_here):
     assert (cache / "graded").read_text() == "xx" and not cache.is_relative_to(graded_here)
 
 
+def test_no_input_crosses_the_channel(graded_here, monkeypatch):
+    """The runner draws each case's inputs from the case and seed the judge sends (8192 × 8192
+    float32 cases cost 0.5-0.9 s each in bytes on an H100); the reference passing shows it
+    drew what the judge drew."""
+    from autograder.grading import protocol
+    sent, send = [], protocol.send
+    monkeypatch.setattr(protocol, "send", lambda sock, header, tensors=(): (
+        sent.append((header.get("op"), len(tensors))), send(sock, header, tensors))[-1])
+    write_notebook(graded_here, solution_section("solutions/broadcast_add.py", "add"))
+    result = isolated()
+    calls = [n for op, n in sent if op == "call"]
+    assert result.correct and len(calls) == len(result.cases) and not any(calls)
+
+
+def test_the_judge_refuses_malformed_exported_outputs():
+    """Outputs a runner says it left in GPU memory are read only once their description is sane."""
+    good = {"handle": "ab" * 64, "offset": 0, "dtype": "float32", "size": [4]}
+    for exported in (None, [1], [dict(good, dtype="object")], [dict(good, offset=1.5)], [dict(good, size=[-1])],
+                     [dict(good, size=[0, 2**60])], [dict(good, size=[1] * 17)], [dict(good, handle=None)]):
+        assert judging._mapped_outputs(exported, 1 << 20) == "the grading process sent no output for this case."
+    assert judging._mapped_outputs([dict(good, size=[1 << 18, 2])], 1 << 20) == \
+        "the outputs are larger than the reference's."
+
+
+def test_only_compiled_c_modules_are_kept_as_host_modules(tmp_path):
+    from autograder.grading.host_modules import keep_host_modules
+    cache, kept = tmp_path / "cache", tmp_path / "kept"
+    for path in ("launcher/__triton_launcher.cpython-311-x86_64-linux-gnu.so", "kernel/add.cubin", "kernel/add.ttir",
+                 "kernel/__grp__add.json"):
+        (cache / path).parent.mkdir(parents=True, exist_ok=True)
+        (cache / path).write_text(path)
+    kept.mkdir()
+    keep_host_modules(cache, kept)
+    assert [p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()] == [
+        "launcher/__triton_launcher.cpython-311-x86_64-linux-gnu.so"]
+
+
+@pytest.fixture
+def host_modules_here(tmp_path, monkeypatch):
+    """This machine's host modules in a folder of the test's own; the judge's compile cache made afresh."""
+    from autograder.grading import host_modules
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    judging.compile_cache.cache_clear()
+    yield host_modules.folder()
+    judging.compile_cache.cache_clear()
+
+
+def test_a_students_compile_cache_starts_with_host_modules_their_code_cannot_change(graded_here, host_modules_here):
+    module = host_modules_here / "k" / "__triton_launcher.so"
+    module.parent.mkdir(parents=True)
+    module.write_text("built by the course")
+    tamper = f"""
+import os, pathlib
+mine = pathlib.Path(os.environ["TRITON_CACHE_DIR"], "k", "__triton_launcher.so")
+assert mine.read_text() == "built by the course"
+mine.write_text("changed by a student")
+try:
+    pathlib.Path({str(module)!r}).write_text("changed by a student")
+except OSError:
+    pass
+"""
+    write_notebook(graded_here, solution_section("solutions/broadcast_add.py", "add") + tamper)
+    assert isolated().correct  # the answer cells ran: their copy was there, and writable
+    assert module.read_text() == "built by the course"
+    assert (judging.compile_cache() / "k" / "__triton_launcher.so").read_text() == "changed by a student"
+
+
+@pytest.mark.gpu
+def test_a_reference_graded_with_the_machines_host_modules_builds_none(graded_here, host_modules_here):
+    from autograder.grading import host_modules
+    host_modules.ensure(ADD.name)
+    built = {p.relative_to(host_modules_here) for p in host_modules_here.rglob("*.so")}
+    assert len(built) >= 2, "cuda_utils and at least one launcher"
+    write_notebook(graded_here, solution_section("solutions/broadcast_add.py", "add"))
+    assert isolated().correct
+    assert {p.relative_to(judging.compile_cache()) for p in judging.compile_cache().rglob("*.so")} == built
+
+
 def test_a_rigged_checker_in_the_answer_cell_does_not_help(graded_here):
     write_notebook(graded_here, ZEROS + RIGGED_CHECKER)
     result = isolated()
@@ -772,12 +850,14 @@ def test_the_grading_profile_times_each_step_of_a_reference():
     done = subprocess.run([sys.executable, "scripts/profile_grading.py", "ps1_broadcast_add"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    steps = re.findall(r": (visible cases and throughput|visible cases again, warm cache|visible cases|hidden cases)"
-                       r"(?: [^:]*)?: [\d.]+ s, (\d+)/(\d+) passed", done.stdout)
+    steps = re.findall(r": (visible cases and throughput|visible cases again, warm cache|visible cases again, only the "
+                       r"host-side modules|visible cases|hidden cases)(?: [^:]*)?: [\d.]+ s, (\d+)/(\d+) passed",
+                       done.stdout)
     assert [s[0] for s in steps] == ["visible cases", "hidden cases", "visible cases and throughput",
-                                     "visible cases again, warm cache"], done.stdout
+                                     "visible cases again, warm cache",
+                                     "visible cases again, only the host-side modules"], done.stdout
     assert all(passed == total != "0" for _, passed, total in steps), done.stdout
     # inside each test, the judge's steps: the runner's start and the calls, with their counts
     # the hidden test takes the kept runner, the throughput test the correctness test's verdict
-    assert len(re.findall(r"\d+×  runner start", done.stdout)) == (4 if torch.cuda.is_available() else 2), done.stdout
-    assert len(re.findall(r"\d+×  calls to the function in its runner; slowest: ", done.stdout)) == 3, done.stdout
+    assert len(re.findall(r"\d+×  runner start", done.stdout)) == (6 if torch.cuda.is_available() else 3), done.stdout
+    assert len(re.findall(r"\d+×  calls to the function in its runner; slowest: ", done.stdout)) == 4, done.stdout

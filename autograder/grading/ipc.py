@@ -46,7 +46,9 @@ def _check(result: int, what: str) -> None:
 
 def export(t: torch.Tensor) -> dict:
     """How another process maps ``t`` (contiguous, on the GPU): its allocation's handle, and
-    where ``t`` starts in it."""
+    where ``t`` starts in it; an empty ``t`` has no memory, and an empty handle."""
+    if not t.numel():
+        return {"handle": "", "offset": 0, "dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape)}
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
     _check(_driver().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), t.data_ptr()),
            "cuMemGetAddressRange")
@@ -67,10 +69,11 @@ class _Memory:
 @contextlib.contextmanager
 def mapped(handles: list[str]):
     """Map each exported allocation once (several outputs may share one); yields a function
-    ``tensor(handle, offset, dtype, size)`` that checks the view fits its allocation."""
+    ``tensor(handle, offset, dtype, size)`` that checks the view fits its allocation (an empty
+    handle: an empty tensor)."""
     lib, bases, sizes = _driver(), {}, {}
     try:
-        for text in dict.fromkeys(handles):
+        for text in dict.fromkeys(filter(None, handles)):
             raw = bytes.fromhex(text)
             if len(raw) != _IPC_HANDLE_BYTES:
                 raise IpcError(say("a memory handle of the wrong size"))
@@ -85,6 +88,10 @@ def mapped(handles: list[str]):
 
         def tensor(handle: str, offset: int, dtype: torch.dtype, size: list[int]) -> torch.Tensor:
             nbytes = dtype.itemsize * (int(torch.Size(size).numel()) if size else 1)
+            if not handle:
+                if nbytes:
+                    raise IpcError(say("an output of {nbytes} bytes without memory", nbytes=nbytes))
+                return torch.empty(size, dtype=dtype, device="cuda")
             if not 0 <= offset <= sizes[handle] - nbytes:
                 raise IpcError(say("an output that reaches past its allocation ({offset} + {nbytes} > {size})",
                                    offset=offset, nbytes=nbytes, size=sizes[handle]))

@@ -1,9 +1,10 @@
 """The judge: grades a notebook's answer cells without running them.
 
 It reads the setup and answer cells from the notebook file, starts a runner
-(:mod:`.runner`) that runs them, makes every input itself, sends it over, checks the bytes
-that come back against the reference it computes itself, and (on a GPU) times batches with
-its own clock (:mod:`.clock`). Under ``nbgrader autograde`` it runs in nbgrader's kernel,
+(:mod:`.runner`) that runs them, draws every input itself and has the runner draw the same
+from the case and seed, checks the outputs that come back (bytes, or on a GPU the runner's
+device memory, mapped: :mod:`.ipc`) against the reference it computes itself, and (on a
+GPU) times batches with its own clock (:mod:`.clock`). Under ``nbgrader autograde`` it runs in nbgrader's kernel,
 which runs only the instructor's cells (:mod:`.autograde`): the verdict, the points and the
 cell output nbgrader reads come from a process that never ran the student's code.
 
@@ -39,7 +40,9 @@ import atexit
 import dataclasses
 import functools
 import json
+import math
 import os
+import pickle
 import secrets
 import shutil
 import socket
@@ -55,8 +58,8 @@ from .. import device, settings
 from ..correctness import Problem, run_cases
 from ..language import say
 from ..report import CaseResult, CheckResult, ThroughputResult
-from ..spec import Exercise
-from . import protocol, sandbox
+from ..spec import Case, Exercise
+from . import host_modules, protocol, sandbox
 from .cells import answer_code
 
 if TYPE_CHECKING:
@@ -89,8 +92,9 @@ def find_notebook(exercise: str) -> Path:
 def compile_cache() -> Path:
     """Triton's cache for the runners this judge starts: one per grading kernel, that is per
     student's notebook, so that student's tests share compiled kernels and no one else's
-    code reaches them."""
+    code reaches them. It starts with a copy of the machine's host modules (:mod:`.host_modules`)."""
     path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+    host_modules.seed(path)
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     atexit.register(stop_kept)  # first: the kept runner writes in it
     return path
@@ -159,24 +163,24 @@ class Runner:
             self.ended, self.ended_brief = self._stop(broken=str(error))
         return {"problem": self.ended}, []
 
-    def __call__(self, inputs, label: str):
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        args, i = [], 0
-        for value in inputs:
-            if isinstance(value, torch.Tensor):
-                args.append({"tensor": i})
-                i += 1
-            else:
-                args.append({"value": value})
-        header, out = self.request({"op": "call", "label": label, "args": args}, tensors,
-                                   max_bytes=_output_bytes(self.exercise, inputs), limit_s=self.exercise.time_limit_s)
+    def __call__(self, case: Case, seed: int, inputs):
+        """The student's outputs for ``inputs``, which the judge drew for ``case`` from ``seed``:
+        the runner draws its own copy from the same two."""
+        max_bytes = _output_bytes(self.exercise, inputs)
+        header, out = self.request({"op": "call", "case": pickle.dumps(case).hex(), "seed": seed}, (),
+                                   max_bytes=max_bytes, limit_s=self.exercise.time_limit_s)
         if self.ended:  # run_cases says so in the judge's words (ended_brief)
             return None, Problem(self.ended, "ended")
         if (problem := header.get("problem")) is not None:  # its kind picks one of correctness.brief's sentences
             return None, Problem(str(problem), str(header.get("kind")))
+        where = next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
+        if where.type == "cuda":
+            out = _mapped_outputs(header.get("outputs"), max_bytes)
+            if isinstance(out, str):
+                return None, Problem(out, "protocol")
         if len(out) != len(self.exercise.outputs):
             return None, Problem(say("the grading process sent no output for this case."), "protocol")
-        return tuple(o.to(tensors[0].device if tensors else "cpu") for o in out), None
+        return tuple(o.to(where) for o in out), None
 
     def pause(self) -> None:
         self.process.pause()
@@ -227,6 +231,25 @@ class Runner:
                    if sandbox.ran_out_of_memory(finished.output) else
                    say("your code crashed the grading process ({how}).{last}", how=how, last=""))
         return why + last, why  # {last} ends every one of these sentences, in every language
+
+
+def _mapped_outputs(exported, max_bytes: int) -> list[torch.Tensor] | str:
+    """Copies of the outputs a runner exported from its GPU memory (:func:`.ipc.export`), or
+    why they cannot be read. At most ``max_bytes`` in all are read."""
+    from . import ipc
+    if not isinstance(exported, list) or not all(
+            isinstance(o, dict) and o.get("dtype") in protocol.DTYPES and isinstance(o.get("handle"), str)
+            and type(o.get("offset")) is int and isinstance(o.get("size"), list) and len(o["size"]) <= protocol.MAX_DIMS
+            and all(type(n) is int and 0 <= n < protocol.MAX_LAYOUT_VALUE for n in o["size"]) for o in exported):
+        return say("the grading process sent no output for this case.")
+    dtypes = [protocol.DTYPES[o["dtype"]] for o in exported]
+    if sum(dtype.itemsize * math.prod(o["size"]) for o, dtype in zip(exported, dtypes)) > max_bytes:
+        return say("the outputs are larger than the reference's.")
+    try:
+        with ipc.mapped([o["handle"] for o in exported]) as tensor:
+            return [tensor(o["handle"], o["offset"], dtype, o["size"]).clone() for o, dtype in zip(exported, dtypes)]
+    except (ipc.IpcError, RuntimeError) as error:  # RuntimeError: sizes PyTorch cannot hold
+        return say("its outputs could not be read ({error}).", error=error)
 
 
 def _output_bytes(exercise: Exercise, inputs) -> int:

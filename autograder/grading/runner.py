@@ -3,10 +3,11 @@
 It caps its memory and imports the course; then (a student's runner, once the judge says
 ``begin``: the judge may be timing the baseline meanwhile) creates its CUDA context,
 confines itself (:mod:`.confine`), runs the notebook's setup and answer cells, and then
-serves the judge over the channel it was given: each request names inputs, the runner calls
-the student's function on them under the course's rules
-(:func:`autograder.correctness.call_student`) and sends back the outputs' bytes (with the
-gradients, for an exercise that has them), or for a timed batch their device memory
+serves the judge over the channel it was given: each request names inputs by a case and a
+seed (the runner draws them as the judge drew its own: no input crosses the channel), the
+runner calls the student's function on them under the course's rules
+(:func:`autograder.correctness.call_student`) and sends back the outputs (with the
+gradients, for an exercise that has them): their bytes, or on a GPU their device memory
 (:mod:`.ipc`). It decides nothing: whatever it sends is checked by the judge, and anything
 it leaves out is a failure.
 
@@ -70,16 +71,33 @@ class Server:
     def __init__(self, exercise, fn, device: str):
         self.exercise, self.fn, self.device = exercise, fn, device
         self.earlier, self.batch, self.outputs = [], [], []
+        self.handed = []
+        """The last case's outputs, while the judge may still be reading them."""
 
     def call(self, header: dict, tensors: list):
+        """Draw the case's inputs from the judge's seed, as the judge drew its own; call the
+        function on them. The outputs go back as bytes, or on a GPU as device memory the judge
+        maps (:mod:`.ipc`), kept until the next request."""
+        import pickle
+
+        import torch
+
         from ..correctness import GuardZones, call_student, copy_input
+        from . import ipc
+        case = pickle.loads(bytes.fromhex(header["case"]))  # written by the judge
+        inputs = self.exercise.make_inputs(case, torch.Generator(self.device).manual_seed(header["seed"]),
+                                           self.device)
         zones = GuardZones() if self.device == "cuda" else None
-        given = [copy_input(tensors[a["tensor"]], zones) if "tensor" in a else a["value"] for a in header["args"]]
-        outs, problem = call_student(self.exercise, self.fn, tuple(given), str(header.get("label", "a case")),
-                                     self.device, self.earlier, zones, all_threads=True)
+        given = tuple(copy_input(t, zones) if isinstance(t, torch.Tensor) else t for t in inputs)
+        outs, problem = call_student(self.exercise, self.fn, given, case.label, self.device, self.earlier, zones,
+                                     all_threads=True)
         if problem is not None:
             return {"problem": problem.message, "kind": problem.kind}, []
-        return {"problem": None}, [o.detach() for o in outs]
+        if self.device != "cuda":
+            return {"problem": None}, [o.detach() for o in outs]
+        self.handed = [o.detach().contiguous() for o in outs]
+        torch.cuda.synchronize()
+        return {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}, []
 
     def prepare(self, header: dict, tensors: list):
         """Make a batch's inputs from the judge's seeds, where the timed case lives."""

@@ -40,6 +40,8 @@ def autograde(root: str, assignment: str, student: str) -> dict:
 def main(argv: list[str]) -> int:
     from sqlalchemy.exc import SAWarning
 
+    from autograder.grading import host_modules
+
     importlib.import_module("autograder.exercises")  # torch and the course: once here, not once per student
     warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission builds rows before adding them
     answers = os.fdopen(int(argv[0]), "w")
@@ -48,6 +50,7 @@ def main(argv: list[str]) -> int:
         job = json.loads(line)
         os.environ.clear()
         os.environ.update(environment | job["env"])
+        host_modules.ensure(job["assignment"])  # once per machine, before any student's clock starts
         os.chdir(job["root"])
         try:
             result = autograde(job["root"], job["assignment"], job["student"])
