@@ -80,7 +80,8 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
     comes back against the reference. ``call`` returns ``(outputs, problem)``, the
     outputs those of :meth:`~autograder.spec.Exercise.call`;
     ``problem`` a :class:`Problem`; after a problem that ends the process (``call.ended``, in brief
-    ``call.ended_brief``), the remaining cases are not run. Every failure also gets its brief
+    ``call.ended_brief``), the remaining cases are not run, nor after a CUDA fault unless
+    ``call.restart()`` gives them a new process. Every failure also gets its brief
     (:attr:`CaseResult.brief`)."""
     results, ended = [], None
     for i, case in enumerate(cases):
@@ -98,7 +99,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
         results.append(CaseResult(case.label, False, problem.message, said))
         if call.ended:
             ended = (call.ended, call.ended_brief)
-        elif problem.kind == "cuda_fault":
+        elif problem.kind == "cuda_fault" and not call.restart():
             ended = (not_run_after_fault(),) * 2
     return results
 
@@ -129,6 +130,11 @@ class InProcess:
                 self.stray = self.stray or error
                 raise
         return call
+
+    @staticmethod
+    def restart() -> bool:
+        """Never: a CUDA fault here breaks the notebook's own CUDA context."""
+        return False
 
     def __call__(self, case: Case, seed: int, inputs):
         zones = GuardZones() if self.device == "cuda" else None

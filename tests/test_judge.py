@@ -430,13 +430,38 @@ def add(x, y):
 '''
 
 
+FAULTS_ON = REFERENCE_ADD + '''
+
+def add(x, y, _add=add):  # "faults" (as CUDA says it) on the shapes of x and y in FAULTS
+    if (tuple(x.shape), tuple(y.shape)) in FAULTS:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    return _add(x, y)
+'''
+
+
+def test_a_cuda_fault_costs_its_own_case_only(graded_here):
+    """Whether a stray access faults depends on what else the process has mapped: a new runner
+    for the cases after a fault makes the verdict independent of that."""
+    shapes = [(case.shape, case.y_shape) for case in ADD.cases("visible", DEVICE.device)]
+    once = next(i for i, shape in enumerate(shapes) if i and shapes.count(shape) == 1)
+    write_notebook(graded_here, f"FAULTS = {{{shapes[once]!r}}}\n" + FAULTS_ON)
+    cases = isolated().cases
+    assert [c.passed for c in cases] == [i != once for i in range(len(shapes))], cases
+    assert "faulted on the GPU" in cases[once].message
+    write_notebook(graded_here, f"FAULTS = {set(shapes)!r}\n" + FAULTS_ON)  # every case: restarts run out
+    cases = isolated().cases
+    assert all("faulted on the GPU" in c.message for c in cases[:judging.FAULT_RESTARTS + 1]), cases
+    assert all(c.message.startswith("not run:") for c in cases[judging.FAULT_RESTARTS + 1:]), cases
+
+
 @pytest.mark.gpu
 def test_an_illegal_memory_access_costs_only_that_test(graded_here):
     import torch
     write_notebook(graded_here, FAULTING)
-    first, *rest = isolated().cases
-    assert "faulted on the GPU" in first.message and "restart the kernel" in first.message, first.message
-    assert all(c.message.startswith("not run:") for c in rest)
+    cases = isolated().cases  # every case faults: a new runner for the next, FAULT_RESTARTS times
+    faulted, rest = cases[:judging.FAULT_RESTARTS + 1], cases[judging.FAULT_RESTARTS + 1:]
+    assert all("faulted on the GPU" in c.message and "restart the kernel" in c.message for c in faulted), cases
+    assert rest and all(c.message.startswith("not run:") for c in rest)
     # this process's CUDA context, and the next submission's, are untouched
     assert torch.ones(4, device="cuda").sum().item() == 4
     write_notebook(graded_here, solution_section("solutions/broadcast_add.py", "add"))

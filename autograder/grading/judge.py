@@ -16,7 +16,8 @@ course's imports, the answer cells, a first call). A student's runner is kept on
 correctness test whose every case passed, and taken only by a later test of the same answer
 cells under the same settings; any other test stops it first. After a crash, a hang, an
 exception, a broken rule or a wrong output, any of which could leave the runner in a state
-that changes the next verdict, the next test starts afresh, as every test did before. What
+that changes the next verdict, the next test starts afresh, as every test did before (and
+after a CUDA fault, the same test's next case: :meth:`Runner.restart`). What
 carries over is what already carries over between the cases of one test: the function's own
 state and threads (and the outputs kept to refuse a reused buffer). Counting its calls, a
 function can tell the hidden cases from the visible ones, as it already can by their shapes
@@ -100,6 +101,10 @@ def compile_cache() -> Path:
     return path
 
 
+FAULT_RESTARTS = 3
+"""How many times one test's runner is started again after a CUDA fault (see :meth:`Runner.restart`)."""
+
+
 class Runner:
     """A runner process and the judge's end of its channel. Called with a case's inputs it
     returns ``(outputs, problem)`` as :func:`~autograder.correctness.run_cases` wants (the
@@ -110,7 +115,15 @@ class Runner:
     def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float, begin: bool = True):
         """Start the process; with ``begin``, also wait until it has run the answer cells
         (:meth:`begin`). Until then a student's runner only imports: none of their code runs."""
-        self.exercise, self.deadline, self.limit_s = exercise, deadline, limit_s
+        self.exercise, self.code, self.deadline, self.limit_s = exercise, code, deadline, limit_s
+        self.restarts = 0
+        self._start()
+        if begin:
+            self.begin()
+
+    def _start(self) -> None:
+        """Start the process, in a scratch folder of its own."""
+        exercise, code = self.exercise, self.code
         self.ended: str | None = None
         self.ended_brief: str | None = None
         """:attr:`ended` without the process's output (for a verdict on hidden cases)."""
@@ -131,8 +144,18 @@ class Runner:
         self.error: str | None = None
         """Why the answer cells could not be graded at all, or None."""
         self.trusted = code is None
-        if begin:
-            self.begin()
+
+    def restart(self) -> bool:
+        """After a CUDA fault, which leaves a process's CUDA context unusable: the same answer
+        cells in a new process for the cases left, so that a fault costs its own case only,
+        wherever the process's memory happened to lie (at most :data:`FAULT_RESTARTS` times).
+        Whether the new process is ready."""
+        if self.trusted or self.ended or self.restarts >= FAULT_RESTARTS:
+            return False
+        self.restarts += 1
+        self.stop()
+        self._start()
+        return not self.begin().error
 
     def begin(self) -> Runner:
         """Let a student's runner go on to its CUDA context, its confinement and the answer cells,
