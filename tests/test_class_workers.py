@@ -84,9 +84,12 @@ def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_ne
     monkeypatch.setattr(grade_workers, "Service", Counted)
     Counted.started.clear()
     job = grade_workers.make_job(submitted, PS1, "ada", grade_workers.snapshot(submitted / "gradebook.db"))
-    late = grade_workers.run_job(job, tmp_path, timeout_s=5)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    late = grade_workers.run_job(job, tmp_path, env={"TMPDIR": str(scratch)}, timeout_s=5)
     assert late.problem == "grading took longer than 5 s and was stopped"
     assert Counted.started[0].poll() == -9 and running_in(tmp_path) == []
+    assert list(scratch.iterdir()) == []  # no compile cache or runner folder left by the stopped judge
     monkeypatch.setattr(grade_workers, "JOBS_PER_SERVICE", 2)
     graded = grade_workers.run_job(job, tmp_path)
     assert graded.problem is None and len(Counted.started) == 2 and Counted.started[1].poll() is None

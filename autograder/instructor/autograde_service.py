@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 import traceback
 import warnings
 
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
         job = json.loads(line)
         os.environ.clear()
         os.environ.update(environment | job["env"])
+        tempfile.tempdir = None  # read TMPDIR again: each student's is their own, removed after them
         host_modules.ensure(job["assignment"])  # once per machine, before any student's clock starts
         os.chdir(job["root"])
         try:

@@ -217,11 +217,15 @@ def _give_back(service: Service, env: dict[str, str]) -> None:
 def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
             timeout_s: float = STUDENT_TIMEOUT_S) -> Result:
     """Grade ``job`` with nbgrader (``autograde --create --force``) in a new course folder under
-    ``workdir`` (removed afterwards), by one of this process's services started with ``env``
-    (the worker's environment, added to this process's): an idle one, or a new one."""
+    ``workdir``, by one of this process's services started with ``env`` (the worker's
+    environment, added to this process's): an idle one, or a new one. The student's grading
+    has a temporary folder of its own (``TMPDIR``: the judge's compile cache, the runners'
+    folders); both folders are removed afterwards, even when grading was stopped mid-way."""
     env = env or {}
     root = workdir / f"{job.assignment}-{job.student}"
     shutil.rmtree(root, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix="student-", dir=env.get("TMPDIR")))
+    scratch.chmod(0o711)  # a grading user reaches its runners' folders inside, and lists nothing
     service = None
     try:
         for name, content in job.files.items():
@@ -230,7 +234,8 @@ def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
         record = root / "grading-record.jsonl"
         start = time.monotonic()
         service = _take_service(env)
-        answer, printed = service.grade(root, job, {settings.GRADING_RECORD.name: str(record)}, timeout_s)
+        answer, printed = service.grade(root, job, {settings.GRADING_RECORD.name: str(record), "TMPDIR": str(scratch)},
+                                        timeout_s)
         if answer is None:
             problem = (f"grading took longer than {timeout_s:g} s and was stopped" if time.monotonic() - start >= timeout_s
                        else _last_error(printed or "nbgrader's process ended"))
@@ -246,6 +251,7 @@ def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
         if service is not None:
             _give_back(service, env)
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def recorded_seeds(record: Path) -> dict[str, int]:
