@@ -98,16 +98,21 @@ def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_ne
     grade_workers.close_services()
 
 
-def test_the_kernel_runs_its_exit_functions_before_it_is_killed(submitted, tmp_path):
+def test_the_kernel_runs_its_exit_functions_before_it_is_killed(submitted, tmp_path, monkeypatch):
     """The judge's compile cache and its runners' folders are gone once a student is graded,
-    though nbgrader's kernel is killed rather than left to shut itself down."""
+    though nbgrader's kernel is killed rather than left to shut itself down (seen in the
+    student's temporary folder, which run_job is kept from removing here)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
+    rmtree = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda path, *args, **kwargs: None if Path(path).parent == scratch
+                        else rmtree(path, *args, **kwargs))
     job = grade_workers.make_job(submitted, PS1, "ada", grade_workers.snapshot(submitted / "gradebook.db"))
     graded = grade_workers.run_job(job, tmp_path / "work", env={"TMPDIR": str(scratch)})
     grade_workers.close_services()
     assert graded.problem is None and graded.scores["notebooks"][PS1]["grades"]["test_correctness"] > 0
-    assert [p.name for p in scratch.iterdir() if p.name.startswith(("triton-cache-", "grading-"))] == []
+    student, = scratch.iterdir()
+    assert [p.name for p in student.iterdir() if p.name.startswith(("triton-cache-", "grading-"))] == []
 
 
 def test_two_workers_grade_exactly_as_one_in_at_most_three_quarters_of_the_time(one_worker, submitted, tmp_path):

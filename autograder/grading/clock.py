@@ -211,9 +211,8 @@ class Baseline:
             outputs, per_call = header.get("outputs"), len(batch.layouts)
             layouts = batch.layouts * len(batch.seeds)  # call by call, each call's outputs in order
             if not isinstance(outputs, list) or len(outputs) != len(layouts) or not all(
-                    isinstance(o, dict) and o.get("dtype") == str(dtype).removeprefix("torch.")
-                    and o.get("size") == shape and isinstance(o.get("handle"), str)
-                    and type(o.get("offset")) is int for o, (shape, dtype) in zip(outputs, layouts)):
+                    ipc.is_export(o) and o["dtype"] == str(dtype).removeprefix("torch.") and o["size"] == shape
+                    for o, (shape, dtype) in zip(outputs, layouts)):
                 shapes = functools.reduce(lambda earlier, shape: say("{earlier} and {shape}", earlier=earlier,
                                                                      shape=shape),
                                           [str(shape) for shape, _ in batch.layouts])

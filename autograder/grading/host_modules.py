@@ -48,9 +48,7 @@ def keep_host_modules(cache: Path, into: Path) -> None:
 def seed(cache: Path) -> None:
     """Put a copy of this machine's host modules in the fresh Triton cache ``cache``."""
     if folder().is_dir():
-        for entry in folder().iterdir():
-            if entry.is_dir():
-                shutil.copytree(entry, cache / entry.name, dirs_exist_ok=True)
+        keep_host_modules(folder(), cache)
 
 
 def ensure(assignment: str) -> None:

@@ -58,6 +58,17 @@ def export(t: torch.Tensor) -> dict:
             "dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape)}
 
 
+def is_export(description) -> bool:
+    """Whether a runner's ``description`` of an output has the form :func:`export` gives (its
+    sizes bounded as :mod:`.protocol` bounds a tensor's): nothing about the memory it names."""
+    from .protocol import DTYPES, MAX_DIMS, MAX_LAYOUT_VALUE
+    size = description.get("size") if isinstance(description, dict) else None
+    return (isinstance(size, list) and len(size) <= MAX_DIMS
+            and all(type(n) is int and 0 <= n < MAX_LAYOUT_VALUE for n in size)
+            and description.get("dtype") in DTYPES and isinstance(description.get("handle"), str)
+            and type(description.get("offset")) is int)
+
+
 class _Memory:
     """A device pointer PyTorch can wrap (``__cuda_array_interface__``), as bytes."""
 

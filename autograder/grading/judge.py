@@ -106,8 +106,8 @@ FAULT_RESTARTS = 3
 
 
 class Runner:
-    """A runner process and the judge's end of its channel. Called with a case's inputs it
-    returns ``(outputs, problem)`` as :func:`~autograder.correctness.run_cases` wants (the
+    """A runner process and the judge's end of its channel. Called with a case, its seed and
+    the inputs the judge drew from them, it returns ``(outputs, problem)`` as :func:`~autograder.correctness.run_cases` wants (the
     problem's message and kind as the runner sent them: untrusted, and shown only to the
     submission's own author); once the process has crashed, hung or broken the protocol,
     :attr:`ended` says so. It runs in a scratch folder of its own, removed when it stops."""
@@ -260,10 +260,7 @@ def _mapped_outputs(exported, max_bytes: int) -> list[torch.Tensor] | str:
     """Copies of the outputs a runner exported from its GPU memory (:func:`.ipc.export`), or
     why they cannot be read. At most ``max_bytes`` in all are read."""
     from . import ipc
-    if not isinstance(exported, list) or not all(
-            isinstance(o, dict) and o.get("dtype") in protocol.DTYPES and isinstance(o.get("handle"), str)
-            and type(o.get("offset")) is int and isinstance(o.get("size"), list) and len(o["size"]) <= protocol.MAX_DIMS
-            and all(type(n) is int and 0 <= n < protocol.MAX_LAYOUT_VALUE for n in o["size"]) for o in exported):
+    if not isinstance(exported, list) or not all(map(ipc.is_export, exported)):
         return say("the grading process sent no output for this case.")
     dtypes = [protocol.DTYPES[o["dtype"]] for o in exported]
     if sum(dtype.itemsize * math.prod(o["size"]) for o, dtype in zip(exported, dtypes)) > max_bytes:
