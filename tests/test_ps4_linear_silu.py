@@ -3,12 +3,13 @@ failing exactly the cases that expose them; GPU-only checks at the end."""
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 
 from autograder import check
 from autograder.assignments.ps4_linear_silu import EXERCISE, LARGE_X, LinearCase
 from autograder.correctness import judge_output
 from autograder.guards import watch
-from solutions.linear_silu import TILINGS, linear_silu, linear_silu_kernel
+from solutions.linear_silu import SMALL_TILES, TILINGS, TUNED_FROM, linear_silu, linear_silu_kernel, tilings_for
 
 from conftest import DEVICE
 import kit
@@ -52,7 +53,18 @@ def test_interpreter_gets_one_small_tiling():
     if DEVICE.has_gpu:
         assert len(TILINGS) > 1
     else:
-        assert len(TILINGS) == 1 and TILINGS[0].kwargs["TILE_M"] <= 32
+        assert TILINGS == [SMALL_TILES] and SMALL_TILES.kwargs["TILE_M"] <= 32
+
+
+def test_only_large_products_are_tuned_and_small_ones_compile_small_tiles():
+    configs = [triton.Config({"TILE_M": m, "TILE_N": n, "TILE_K": 64}) for m, n in [(128, 256), (128, 128), (64, 64)]]
+    side = round(TUNED_FROM ** (1 / 3))
+    for precision in ("tf32", "ieee"):
+        small = dict(M=side - 1, N=side, K=side, PRECISION=precision)
+        assert tilings_for(configs, small) == [SMALL_TILES], precision
+    large = dict(M=side, N=side, K=side)
+    assert tilings_for(configs, large, PRECISION="tf32") == configs
+    assert tilings_for(configs, large, PRECISION="ieee") == configs[1:]  # IEEE float32: tiles of 128×128 and less
 
 
 # --- the declaration's inputs are what their labels say ---------------------------------------
