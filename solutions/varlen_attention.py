@@ -130,16 +130,19 @@ def varlen_kernel(out_ptr, q_ptr, k_ptr, v_ptr, cu_seqlens_ptr, q_row, q_col, k_
 GPU_CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in [(64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4),
                                   (128, 128, 8, 2), (128, 128, 8, 3)]]
+SHORT_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2)
 TUNED_FROM = 1024
-"""Shorter batches take the first configuration untimed: each one tried costs a compile."""
+"""Batches shorter than this take SHORT_CONFIG untimed. Each configuration tried is one more
+compile for every new dtype, head_dim, causal flag and group, and 32 × 32 blocks compile the
+quickest: 0.4-0.6 s against 0.9-2.0 s for those above (on a 2-core CPU)."""
 
 
-def first_config_when_short(configs, named_args, **kwargs):
-    return configs if named_args["max_seqlen"] >= TUNED_FROM else configs[:1]
+def untimed_when_short(configs, named_args, **kwargs):
+    return configs if named_args["max_seqlen"] >= TUNED_FROM else [SHORT_CONFIG]
 
 
 varlen_tuned = triton.autotune(GPU_CONFIGS, key=["max_seqlen", "programs", "HEAD_DIM", "CAUSAL"],
-                               prune_configs_by={"early_config_prune": first_config_when_short})(varlen_kernel)
+                               prune_configs_by={"early_config_prune": untimed_when_short})(varlen_kernel)
 INTERPRETER_BLOCK = 16
 """The interpreter's blocks: small, so that short test sequences span several of them."""
 

@@ -10,7 +10,8 @@ import triton.language as tl
 
 from autograder import check
 from autograder.assignments.ps5_varlen_attention import EXERCISE, case, varlen_flops, varlen_inputs, varlen_reference
-from solutions.varlen_attention import HIDDEN_CASES, INTERPRETER_BLOCK, LOG2_E, attention_varlen, varlen_kernel
+from solutions.varlen_attention import (GPU_CONFIGS, HIDDEN_CASES, INTERPRETER_BLOCK, LOG2_E, SHORT_CONFIG, TUNED_FROM,
+                                       attention_varlen, untimed_when_short, varlen_kernel)
 
 from conftest import DEVICE
 
@@ -90,6 +91,12 @@ def test_cases_cover_lengths_heads_and_head_dims():
     hidden = [c.label for c in HIDDEN_CASES["cpu"]]
     assert len(set(hidden)) < len(hidden)  # one shape twice, on fresh data
     assert "causal" in EXERCISE.throughput.case.label
+
+
+def test_only_long_batches_are_tuned_and_short_ones_compile_small_blocks():
+    assert untimed_when_short(GPU_CONFIGS, {"max_seqlen": TUNED_FROM - 1}) == [SHORT_CONFIG]
+    assert untimed_when_short(GPU_CONFIGS, {"max_seqlen": TUNED_FROM}) == GPU_CONFIGS
+    assert SHORT_CONFIG.kwargs == {"BLOCK_M": 32, "BLOCK_N": 32}  # tl.dot needs 16 or more
 
 
 # --- the reference kernel ---------------------------------------------------------------------
