@@ -91,8 +91,10 @@ def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_ne
     assert Counted.started[0].poll() == -9 and running_in(tmp_path) == []
     assert list(scratch.iterdir()) == []  # no compile cache or runner folder left by the stopped judge
     monkeypatch.setattr(grade_workers, "JOBS_PER_SERVICE", 2)
+    start = time.monotonic()
     graded = grade_workers.run_job(job, tmp_path)
     assert graded.problem is None and len(Counted.started) == 2 and Counted.started[1].poll() is None
+    assert graded.seconds < time.monotonic() - start - 1  # nbgrader's own clock: its process's start left out
     assert grade_workers.run_job(job, tmp_path).problem is None and len(Counted.started) == 2
     assert Counted.started[1].wait(5) == 0  # its second student: ended, a fresh one next time
     grade_workers.close_services()
@@ -185,3 +187,20 @@ def test_a_dask_cluster_grades_exactly_as_this_machine_does(one_worker, submitte
     assert f"Dask cluster at {cluster.scheduler_address}: 2 worker(s), 2 GPU(s)" in capsys.readouterr().out
     assert outcome(course, ["ada", "bob"]) == outcome(serial, ["ada", "bob"])
     assert not any((course / RESULTS_FOLDER / "work").iterdir())
+
+
+def test_a_students_seconds_leave_out_the_machines_one_off_build(tmp_path, monkeypatch):
+    """The service times nbgrader's autograde alone: the first student of a machine does not
+    pay for building Triton's host modules (PS4's reference on every case: 36 s on an H100)."""
+    from autograder.grading import host_modules
+    from autograder.instructor import autograde_service
+    monkeypatch.setattr(host_modules, "ensure", lambda assignment: time.sleep(0.5))
+    monkeypatch.setattr(autograde_service, "autograde", lambda root, assignment, student: time.sleep(0.1) or {
+        "success": True})
+    job = {"root": str(tmp_path), "assignment": PS1, "student": "ada", "env": {}}
+    monkeypatch.setattr(sys, "stdin", [json.dumps(job) + "\n"])
+    read, write = os.pipe()
+    assert autograde_service.main([str(write)]) == 0
+    with os.fdopen(read) as answers:
+        answer = json.loads(answers.readline())
+    assert answer["success"] and 0.1 <= answer["seconds"] < 0.5

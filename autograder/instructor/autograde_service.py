@@ -12,8 +12,10 @@ which has the answer cells run in runner processes (:mod:`autograder.grading`).
 Protocol (:class:`~.grade_workers.Service` speaks it): one JSON line per student on stdin,
 ``{"root", "assignment", "student", "env"}`` (``env``: variables set for that student only);
 one JSON line back per student on the file descriptor named by the first argument,
-nbgrader's ``{"success", "log", "error"}``. Whatever else this process and its kernels print
-goes to stdout and stderr (the caller keeps it with the student's log).
+nbgrader's ``{"success", "log", "error"}`` and ``"seconds"``, how long that student's autograde
+took: not this process's start nor the machine's one-off build of Triton's host modules.
+Whatever else this process and its kernels print goes to stdout and stderr (the caller keeps
+it with the student's log).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 import warnings
 
@@ -54,13 +57,14 @@ def main(argv: list[str]) -> int:
         tempfile.tempdir = None  # read TMPDIR again: each student's is their own, removed after them
         host_modules.ensure(job["assignment"])  # once per machine, before any student's clock starts
         os.chdir(job["root"])
+        start = time.monotonic()
         try:
             result = autograde(job["root"], job["assignment"], job["student"])
         except Exception:  # nbgrader's own failures come back in the result; anything else, here
             result = {"success": False, "error": traceback.format_exc()}
         finally:
             os.chdir(home)  # the student's folder is removed next
-        answers.write(json.dumps(result) + "\n")
+        answers.write(json.dumps(result | {"seconds": time.monotonic() - start}) + "\n")
         answers.flush()
     return 0
 

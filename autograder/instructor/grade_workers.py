@@ -62,6 +62,9 @@ class Result:
     graded: dict[str, tuple[int, bytes]] = field(default_factory=dict)
     """The files of ``autograded/<student>/<assignment>/``: relative path -> (mode, content)."""
     seconds: float = 0.0
+    """How long nbgrader took to grade the student (its own clock, in the worker's nbgrader
+    process: the start of that process and the machine's one-off build of Triton's host modules
+    left out), or the time until grading stopped when no answer came."""
     log: str = ""
     """The end of what nbgrader printed."""
     seeds: dict[str, int] = field(default_factory=dict)
@@ -246,7 +249,8 @@ def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
         return Result(job.student, problem, read_scores(root / "gradebook.db", job.assignment, job.student),
                       {str(p.relative_to(graded)): (p.stat().st_mode & 0o777, p.read_bytes())
                        for p in sorted(graded.rglob("*")) if p.is_file()},
-                      time.monotonic() - start, output[-KEPT_LOG_CHARS:], recorded_seeds(record))
+                      (answer or {}).get("seconds", time.monotonic() - start), output[-KEPT_LOG_CHARS:],
+                      recorded_seeds(record))
     finally:
         if service is not None:
             _give_back(service, env)
