@@ -1,6 +1,7 @@
 """README's tables name every lesson and assignment and quote their thresholds and recorded GPU
 figures as the declarations and results/gpu/results.json hold them (the figures as a reader
-sees them, markers aside: tests/test_figures.py checks the markers)."""
+sees them, markers aside: tests/test_figures.py checks the markers); the instructor guide's
+times per student are those of the class table it cites."""
 import json
 import re
 
@@ -50,3 +51,30 @@ def test_every_recorded_grading_is_quoted_as_recorded(record):
     cells = _row(record["exercise"])
     assert cells[1].startswith(f"≥ {record['threshold']:g}×"), (cells[1], record["threshold"])
     assert cells[2].startswith(f"{record['median_ratio']:.3f}×"), (cells[2], record["median_ratio"])
+
+
+def class_seconds(table: str) -> dict[str, list[float]]:
+    """Each problem set's grading seconds, student by student in the order graded, from a
+    committed class table (results/gpu/class-grading-*.md: a "## psN_name: ..." heading, then
+    rows "| student | points | seconds | ... |")."""
+    times, name = {}, None
+    for line in table.splitlines():
+        if line.startswith("## "):
+            name = line[3:].split("_")[0]
+        elif name and re.match(r"\| \S+ \| [\d.]+/[\d.]+ \| [\d.]+ \|", line):
+            times.setdefault(name, []).append(float(line.split("|")[3]))
+    return times
+
+
+def test_the_guides_times_per_student_are_those_of_the_class_table_it_cites():
+    """The guide quotes each problem set's range without the first student of its class, who
+    carried the worker's one-off set-up; several problem sets named together share one range."""
+    guide = (ROOT / "docs" / "instructor-guide.md").read_text()
+    paragraph = next(p for p in guide.split("\n\n") if p.startswith("**Time per student.**"))
+    cited, = re.findall(r"results/gpu/(class-grading-[\w-]+\.md)", paragraph)
+    times = class_seconds((ROOT / "results" / "gpu" / cited).read_text())
+    quoted = re.findall(r"(\d+)(?:-(\d+))?\s+s\s+for\s+(ps\d)(?:\s+and\s+(ps\d))?", paragraph.split("a student then took")[1])
+    assert len(quoted) == 4, paragraph
+    for low, high, *names in quoted:
+        after_first = [t for name in filter(None, names) for t in times[name][1:]]
+        assert (round(min(after_first)), round(max(after_first))) == (int(low), int(high or low)), names
