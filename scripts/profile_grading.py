@@ -1,10 +1,11 @@
 """Where one student's grading time goes: the judge grades a problem set's reference answer
 cells as nbgrader's kernel would (correctness, hidden cases, throughput), in a fresh Triton
 cache (which, as in grading, starts with the machine's host modules where they are built:
-autograder/grading/host_modules.py), and prints each test's seconds and, inside it, the judge's steps (runner starts, calls,
-the checks of outputs, the clock's calibration, input draws and timed batches). The visible
-cases then run once more in a new runner on the now warm cache (the difference is compiling),
-and once more with only the host-side C modules cached (what building those costs).
+autograder/grading/host_modules.py), and prints each test's seconds and, inside it, the
+judge's steps (runner starts, calls, the checks of outputs, the clock's calibration, input
+draws and timed batches). The visible cases then run once more in a new runner on the now
+warm cache (the difference is compiling), and once more with only the host-side C modules
+cached (what building those costs).
 Usage: ``python scripts/profile_grading.py ps1_broadcast_add`` from the course root
 (``bash scripts/gpu_run.sh profile NAME...`` on the GPU machine)."""
 import collections

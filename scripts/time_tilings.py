@@ -1,7 +1,7 @@
-"""On a GPU: each candidate tiling of PS4's and PS5's references timed alone, on the shapes their
-autotuners tune, against the PyTorch baseline (median of triton.testing.do_bench), with the
-first call's time (its compile). What chose the references' lists (results/gpu/NOTES.md,
-2026-12-06 (f)): ``bash scripts/gpu_run.sh tilings``."""
+"""On a GPU: each candidate tiling of PS4's and PS5's references timed alone, on the shapes
+their autotuners tune, against the PyTorch baseline (the course's ``timing.median_ms``), with
+the first call's time (its compile). What chose the references' lists (results/gpu/NOTES.md,
+2026-12-06 (f), then timed with plain ``do_bench`` medians): ``bash scripts/gpu_run.sh tilings``."""
 import time
 
 import torch
@@ -9,6 +9,7 @@ import torch.nn.functional as F
 import triton
 
 from autograder.assignments.ps5_varlen_attention import case, varlen_inputs, varlen_reference
+from autograder.timing import median_ms
 from solutions import linear_silu as ps4, varlen_attention as ps5
 
 PS4_CANDIDATES = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 4),
@@ -25,7 +26,7 @@ def row(label: str, baseline_ms: float, run) -> None:
         run()
         torch.cuda.synchronize()
         first = time.monotonic() - start
-        ms = triton.testing.do_bench(run, return_mode="median")
+        ms = median_ms(run)
         print(f"  {label}: {ms:.3f} ms = {baseline_ms / ms:.3f}x (first call {first:.2f} s)")
     except Exception as error:  # e.g. more shared memory than an SM has
         print(f"  {label}: {type(error).__name__}: {str(error)[:120]}")
@@ -39,7 +40,7 @@ def linear_silu_rows() -> None:
         w = torch.randn(k, n, device="cuda", dtype=dtype).t() if weight_t else torch.randn(n, k, device="cuda", dtype=dtype)
         b = torch.randn(n, device="cuda", dtype=dtype)
         y = torch.empty(m, n, device="cuda", dtype=dtype)
-        baseline = triton.testing.do_bench(lambda: F.silu(F.linear(x, w, b)), return_mode="median")
+        baseline = median_ms(lambda: F.silu(F.linear(x, w, b)))
         print(f"\nPS4 {m}×{n}×{k} {dtype} weight_t={weight_t}: F.silu(F.linear) {baseline:.3f} ms")
         for tm, tn, tk, warps, stages in PS4_CANDIDATES:
             grid = (triton.cdiv(m, tm) * triton.cdiv(n, tn),)
@@ -52,8 +53,7 @@ def varlen_rows() -> None:
     for batch in [case((4096,) * 4, (32, 8), 128, torch.bfloat16, causal=True),
                   case((8192, 100), (8, 1), 64, torch.bfloat16, causal=True), case((4096, 4096), (8, 8), 64, torch.float16)]:
         q, k, v, cu_seqlens, max_seqlen, causal = varlen_inputs(batch, torch.Generator("cuda").manual_seed(0), "cuda")
-        baseline = triton.testing.do_bench(lambda: varlen_reference(q, k, v, cu_seqlens, max_seqlen, causal),
-                                           return_mode="median")
+        baseline = median_ms(lambda: varlen_reference(q, k, v, cu_seqlens, max_seqlen, causal))
         print(f"\nPS5 {batch.label}: SDPA per sequence {baseline:.3f} ms")
         tokens, heads, head_dim = q.shape
         out = q.new_empty(q.shape)
