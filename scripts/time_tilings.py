@@ -1,7 +1,8 @@
 """On a GPU: each candidate tiling of PS4's and PS5's references timed alone, on the shapes
 their autotuners tune, against the PyTorch baseline (the course's ``timing.median_ms``), with
-the first call's time (its compile). What chose the references' lists (results/gpu/NOTES.md,
-2026-12-06 (f), then timed with plain ``do_bench`` medians): ``bash scripts/gpu_run.sh tilings``."""
+the first call's time (its compile): ``bash scripts/gpu_run.sh tilings``. What chose the
+references' lists (results/gpu/NOTES.md, 2026-12-06 (f), with plain ``do_bench`` medians), then
+checked them in this form (2026-12-06 (g))."""
 import time
 
 import torch
