@@ -258,14 +258,15 @@ an idle thread uses none; taking a job from a queue and launching one PyTorch op
 
 
 def _patch_host_and_threads(record: CallRecord) -> list[tuple]:
-    """Make ``Tensor.numpy``/``tolist``/``__array__`` and thread starts leave a note in ``record``."""
+    """Make ``Tensor.numpy``/``tolist``/``__array__``/``__dlpack__`` and thread starts leave a note in ``record``."""
     def noting(original, note, target):
         def wrapper(*args, **kwargs):
             target.append(note)
             return original(*args, **kwargs)
         return wrapper
 
-    replaced = [(torch.Tensor, name, f"Tensor.{name}()", record.host) for name in ("numpy", "tolist", "__array__")]
+    replaced = [(torch.Tensor, name, f"Tensor.{name}()", record.host)
+                for name in ("numpy", "tolist", "__array__", "__dlpack__")]
     replaced += [(owner, name, say("a thread started during the call"), record.threads)  # 3.12 renamed one
                  for owner, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
                                      (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))]

@@ -101,6 +101,18 @@ def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
     assert all(phrase in c.message for c in result.cases), result.summary()
 
 
+@pytest.mark.skipif(DEV != "cpu", reason="numpy takes only host memory through DLPack")
+def test_data_taken_out_through_dlpack_is_noted():
+    import numpy as np
+
+    def add_in_numpy(x, y):
+        _launch(x, y, torch.empty_like(x))
+        return torch.from_numpy(np.from_dlpack(x) + np.from_dlpack(y))
+    result = check(VECTOR_ADD, add_in_numpy, measure_throughput=False, verbose=False)
+    assert not result.correct
+    assert all("took data out of PyTorch" in c.message and "Tensor.__dlpack__()" in c.message for c in result.cases)
+
+
 def test_the_rules_cost_no_dynamo_import():
     """PyTorch wraps a dispatch mode's handler to keep Dynamo out unless the mode opts out; the
     wrapper imports torch._dynamo (about a second) on the mode's first op, in every grading runner."""

@@ -98,6 +98,21 @@ ANSWERS = {
 }
 if confine.abi() >= 6:  # Landlock, signals scoped: grading must survive this one
     ANSWERS["vandal"] = REF + VANDAL
+ANSWERS["impostor"] = ZEROS  # and, beside the notebook, modules named as the judge's own:
+HIJACKED = "hijacked"
+"""What any of the impostor's files writes in the course folder when it runs."""
+
+
+def impostor_files(course: Path) -> dict[str, str]:
+    """Files sent beside the notebook, named after what the autograde kernel imports: its
+    launcher, the course's package, torch. Each leaves a mark in the course when it runs."""
+    mark = f"open({str(course / HIJACKED)!r}, 'a').write(__file__ + '\\n')\n"
+    launch = ("import os, runpy, sys\nsys.path = [p for p in sys.path if p not in ('', os.getcwd())]\n"
+              "runpy.run_module('ipykernel_launcher', run_name='__main__')\n")  # then the kernel as usual
+    return {"ipykernel_launcher.py": mark + launch, "autograder/__init__.py": mark + "def grade(*args):\n    return 3\n",
+            "torch.py": mark}
+
+
 UNREADABLE = {"not_json": '{"cells": [ this is not JSON', "no_cells": None}
 REGRADED = ["raises", "mallory"]
 
@@ -161,6 +176,10 @@ def submit(course, student: str, listing: bool = True) -> None:
     if student == "mallory":
         tamper(nb)
     nbformat.write(nb, path)
+    if student == "impostor":
+        for name, text in impostor_files(course).items():
+            (folder / name).parent.mkdir(exist_ok=True)
+            (folder / name).write_text(text)
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +292,14 @@ def test_tampered_locked_cells_are_reported_and_graded_as_released(graded):
     assert f'grade("{PS1}", add, "hidden")' in graded_nb.cells[-2].source
     assert all(c.execution_count is None for c in graded_nb.cells if c.cell_type == "code"
                and c.metadata.get("nbgrader", {}).get("grade_id") in (None, "add"))  # student code: not run
+
+
+def test_files_sent_beside_the_notebook_never_run(graded):
+    course, _, first, _, _ = graded
+    assert not (course / HIJACKED).exists(), (course / HIJACKED).read_text()
+    assert first["impostor"] == ZERO
+    assert set(impostor_files(course)) <= {str(p.relative_to(course / "autograded" / "impostor" / PS1))
+                                           for p in (course / "autograded" / "impostor" / PS1).rglob("*.py")}
 
 
 def test_grading_again_gives_the_same_grades(graded):

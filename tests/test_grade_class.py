@@ -204,3 +204,13 @@ def test_every_reference_answer_reads_as_nothing_to_review():
     from conftest import ROOT
     for name in exercises.ASSIGNMENTS:
         assert review_notes([ROOT / "source" / name / f"{name}.ipynb"]) == [], name
+
+
+def test_memory_reached_around_pytorch_is_named_for_review(tmp_path):
+    import nbformat
+    from autograder.instructor.review import review_notes
+    answer = nbformat.v4.new_code_cell("def add(x, y):\n    a = np.from_dlpack(x)\n    b = bytes(y.untyped_storage())\n")
+    answer.metadata["nbgrader"] = {"grade_id": "add", "solution": True}
+    nbformat.write(nbformat.v4.new_notebook(cells=[answer]), tmp_path / "a.ipynb")
+    note, = review_notes([tmp_path / "a.ipynb"])
+    assert "from_dlpack, untyped_storage (memory by address)" in note, note

@@ -683,10 +683,73 @@ def test_the_judge_refuses_malformed_messages():
         theirs.sendall(len(body).to_bytes(4, "big") + body)
         with pytest.raises(protocol.ProtocolError):
             protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=2**20)
+    # JSON nested past Python's recursion limit, a dtype that is not a name, an integer of 5,000 digits
+    for body in (b"[" * 100_000 + b"]" * 100_000,
+                 b'{"tensors": [{"dtype": [], "size": [1], "stride": [1], "offset": 0, "nbytes": 4}]}',
+                 b'{"seed": 1' + b"0" * 5000 + b"}"):
+        ours, theirs = socket.socketpair()
+        theirs.sendall(len(body).to_bytes(4, "big") + body)
+        with pytest.raises(protocol.ProtocolError):
+            protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=2**20)
     ours, theirs = socket.socketpair()
     theirs.sendall((2**31).to_bytes(4, "big"))
     with pytest.raises(protocol.ProtocolError, match="header of"):
         protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=0)
+
+
+SENDS_ITS_OWN_MESSAGE = ZEROS + '''
+import socket, sys
+
+def add(x, y, _add=add):  # writes a reply of its own on the channel to the judge, then answers
+    body = b"[" * 100_000 + b"]" * 100_000
+    socket.socket(fileno=int(sys.argv[3])).sendall(len(body).to_bytes(4, "big") + body)
+    return _add(x, y)
+'''
+
+
+def test_a_runner_that_sends_what_the_protocol_does_not_allow_fails_with_a_verdict(graded_here):
+    write_notebook(graded_here, SENDS_ITS_OWN_MESSAGE)
+    result = isolated()
+    assert not any(c.passed for c in result.cases)
+    assert "the grading process sent what the judge does not accept" in result.cases[0].message
+
+
+VIEW_OF_A_WIDER_BUFFER = '''
+@triton.jit
+def add_into_kernel(x_ptr, y_ptr, out_ptr, M, N, sxm, sxn, sym, syn, out_row, BLOCK: tl.constexpr):
+    r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None]
+    c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :]
+    inside = (r < M) & (c < N)
+    total = tl.load(x_ptr + r * sxm + c * sxn, mask=inside) + tl.load(y_ptr + r * sym + c * syn, mask=inside)
+    tl.store(out_ptr + r * out_row + c, total, mask=inside)
+
+
+def add(x, y):  # the right values, returned as the first third of each row of a wider buffer
+    M, N = x.shape
+    y = y.expand(M, N)
+    wide = torch.empty((M, 3 * N), dtype=x.dtype, device=x.device)
+    add_into_kernel[(triton.cdiv(M, 32), triton.cdiv(N, 32))](x, y, wide, M, N, *x.stride(), *y.stride(), 3 * N,
+                                                              BLOCK=32)
+    return wide[:, :N]
+'''
+RAISES_MEGABYTES = """
+def add(x, y):
+    raise RuntimeError("A" * 2**21)
+"""
+
+
+def test_a_right_answer_in_a_view_of_a_wider_buffer_passes(graded_here):
+    write_notebook(graded_here, VIEW_OF_A_WIDER_BUFFER)
+    assert isolated().correct
+
+
+def test_an_exception_of_megabytes_is_the_students_own_and_cut_short(graded_here):
+    from autograder.grading.runner import MAX_MESSAGE_CHARS
+    write_notebook(graded_here, RAISES_MEGABYTES)
+    result = isolated()
+    message = result.cases[0].message
+    assert "raised RuntimeError" in message and "more characters)" in message and len(message) < 2 * MAX_MESSAGE_CHARS
+    assert all("raised RuntimeError" in c.message for c in result.cases)  # the runner lived on: every case ran
 
 
 # --- on a GPU: the judge's clock and guard zones (results/gpu/) ------------------------------

@@ -18,6 +18,8 @@ comes back (:mod:`autograder.grading`).
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -156,7 +158,20 @@ class ExecuteInstructorCells(Execute):
         self._sources = {name: cell.source for name, cell in _originals(resources).items()}
         self._placeholder_defined = False
         self.shutdown_kernel = "graceful"  # until :meth:`_finish` has had the judge clean up
-        return super().preprocess(nb, resources, km)
+        if self._function is None:
+            return super().preprocess(nb, resources, km)
+        # The kernel would start in the submission's folder, where every file the student sent
+        # sits beside the notebook, and Python imports from a kernel's folder first: a
+        # submitted autograder/ or ipykernel_launcher.py would run as the judge. It starts in
+        # a folder holding a copy of the notebook alone, which the judge reads the answers from.
+        folder = resources["metadata"]["path"]
+        with tempfile.TemporaryDirectory(prefix="judge-") as alone:
+            shutil.copy(Path(folder) / f"{ids['notebook']}.ipynb", alone)
+            resources["metadata"]["path"] = alone
+            try:
+                return super().preprocess(nb, resources, km)
+            finally:
+                resources["metadata"]["path"] = folder
 
     def preprocess_cell(self, cell, resources, index):
         if self._function is None:

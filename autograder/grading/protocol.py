@@ -55,10 +55,11 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
     size = int.from_bytes(_read(sock, 4, deadline), "big")
     if size > MAX_HEADER_BYTES:
         raise ProtocolError(say("a header of {size} bytes", size=size))
-    try:
-        header = json.loads(_read(sock, size, deadline))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ProtocolError(say("a header that is not JSON ({error})", error=error)) from None
+    data = _read(sock, size, deadline)
+    try:  # ValueError: not JSON, or an integer of thousands of digits; RecursionError: nested too deep
+        header = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise ProtocolError(say("a header that is not JSON ({error})", error=str(error)[:200])) from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
         raise ProtocolError(say("a header that is not a JSON object with a list of tensors"))
     tensors, budget = [], max_tensor_bytes
@@ -74,7 +75,7 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
 
 def _layout(meta) -> int:
     """The byte count of a tensor's description, once it is known to be a possible tensor."""
-    if not isinstance(meta, dict) or meta.get("dtype") not in DTYPES:
+    if not isinstance(meta, dict) or not isinstance(meta.get("dtype"), str) or meta["dtype"] not in DTYPES:
         raise ProtocolError(say("a tensor description that is not allowed: {description}", description=str(meta)[:200]))
     size, stride, offset, nbytes = (meta.get(k) for k in ("size", "stride", "offset", "nbytes"))
     if not (isinstance(size, list) and isinstance(stride, list) and len(size) == len(stride) <= MAX_DIMS

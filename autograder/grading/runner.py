@@ -32,6 +32,18 @@ HIDDEN_PACKAGES = ("solutions",)
 """Not importable by the student's code while it is graded: the reference kernels."""
 READY_TIMEOUT_S = 3600
 """How long the runner waits for the judge's next request before it gives up and exits."""
+MAX_MESSAGE_CHARS = 4000
+"""The most of a message the runner sends the judge (an exception's, say): the rest is cut."""
+
+
+def clipped(reply: dict) -> dict:
+    """``reply`` with its messages for the student (``problem``, ``error``) cut to
+    :data:`MAX_MESSAGE_CHARS`: a message of megabytes would be more than the judge accepts."""
+    def clip(text):
+        if not isinstance(text, str) or len(text) <= MAX_MESSAGE_CHARS:
+            return text
+        return text[:MAX_MESSAGE_CHARS] + say("… ({more:,} more characters)", more=len(text) - MAX_MESSAGE_CHARS)
+    return {key: clip(value) if key in ("problem", "error") else value for key, value in reply.items()}
 
 
 class _HiddenPackages:
@@ -93,8 +105,8 @@ class Server:
                                      all_threads=True)
         if problem is not None:
             return {"problem": problem.message, "kind": problem.kind}, []
-        if self.device != "cuda":
-            return {"problem": None}, [o.detach() for o in outs]
+        if self.device != "cuda":  # only the elements: a view of a larger buffer sends no more than they are
+            return {"problem": None}, [o.detach().contiguous() for o in outs]
         self.handed = [o.detach().contiguous() for o in outs]
         torch.cuda.synchronize()
         return {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}, []
@@ -156,7 +168,7 @@ def serve(channel: socket.socket, server: Server) -> None:
         except Exception as error:  # the student's function failed outside call_student's guard
             problem = explain_exception(server.exercise, error)
             reply, out = {"problem": problem.message, "kind": problem.kind}, []
-        protocol.send(channel, reply, out)
+        protocol.send(channel, clipped(reply), out)
 
 
 def main(argv=None) -> int:
@@ -198,7 +210,7 @@ def main(argv=None) -> int:
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
         error = say("your answer cells define no function `{function}`.", function=exercise.function)
-    protocol.send(channel, {"error": error})
+    protocol.send(channel, clipped({"error": error}))
     if error is None:
         serve(channel, Server(exercise, fn, where.device))
     return 0

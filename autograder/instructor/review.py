@@ -12,7 +12,7 @@ from pathlib import Path
 from ..grading.cells import answer_code
 
 REACHES = (
-    (r"\bctypes\b|\bcffi\b|\bmmap\b", "memory by address"),
+    (r"\bctypes\b|\bcffi\b|\bmmap\b|\b\w*dlpack\w*\b|\buntyped_storage\b|\.storage\(", "memory by address"),
     (r"_python_dispatch|_disable_current_modes|Dispatch(Mode|Key)|TorchFunctionMode|__torch_(function|dispatch)__"
      r"|torch\._C\b|torch\.ops\b|\baten\b", "PyTorch's dispatch internals, which record the ops it calls"),
     (r"\bautograder\b|\bsolutions\b|\bnbgrader\b", "the course's own grading code"),
