@@ -7,9 +7,10 @@
 #   bash scripts/gpu_run.sh traffic                   the trace's byte counts against the card's times
 #   bash scripts/gpu_run.sh profile NAME...           one student's grading, step by step (scripts/profile_grading.py)
 #   bash scripts/gpu_run.sh tilings                   PS4's and PS5's candidate tilings, each alone (scripts/time_tilings.py)
+#   bash scripts/gpu_run.sh attention                 lesson 8's attention and a descriptor-fed variant (scripts/time_attention_variants.py)
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile|tilings [args]"}; shift
+stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile|tilings|attention [args]"}; shift
 out=${OUT:-results/gpu}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then  # once per machine: later stages reuse /tmp/site
@@ -48,5 +49,6 @@ case $stage in
            -p no:warnings tests/test_traffic_on_gpu.py "$@" 2>&1 | tee "$out/pytest-traffic.log" ;;
   profile) for name in "$@"; do python3 scripts/profile_grading.py "$name"; done 2>&1 | tee "$out/profile.log" ;;
   tilings) python3 scripts/time_tilings.py 2>&1 | tee "$out/tilings.log" ;;
-  *) echo "unknown stage $stage: use bench, tests, class, traffic, profile or tilings" >&2; exit 2 ;;
+  attention) python3 scripts/time_attention_variants.py 2>"$out/attention-compiler.log" | tee "$out/attention.log" ;;
+  *) echo "unknown stage $stage: use bench, tests, class, traffic, profile, tilings or attention" >&2; exit 2 ;;
 esac

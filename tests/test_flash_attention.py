@@ -245,3 +245,17 @@ def test_reaches_four_fifths_of_sdpa_at_head_dim_128(causal):
     result = check(dataclasses.replace(exercise, throughput=dataclasses.replace(exercise.throughput, threshold=0.8)),
                    attention, verbose=False)
     assert result.throughput.passed, result.throughput.message
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the script times on a GPU; in the interpreter it checks values")
+def test_the_descriptor_variant_that_the_gpu_notes_time_computes_attention():
+    """scripts/time_attention_variants.py (results/gpu/NOTES.md, 2026-12-06 (g)), run as on the
+    CPU: every configuration it tries, causal and not, within 2e-2 of SDPA."""
+    import subprocess
+    import sys
+    from conftest import ROOT, venv_env
+    done = subprocess.run([sys.executable, "scripts/time_attention_variants.py"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=venv_env(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    checked = [line for line in done.stdout.splitlines() if line.strip().startswith("desc ")]
+    assert len(checked) == 4 and all("max error" in line for line in checked), done.stdout
