@@ -205,3 +205,18 @@ def test_a_students_seconds_leave_out_the_machines_one_off_build(tmp_path, monke
     with os.fdopen(read) as answers:
         answer = json.loads(answers.readline())
     assert answer["success"] and 0.1 <= answer["seconds"] < 0.5
+
+
+def test_a_workers_nbgrader_imports_nothing_from_a_folder_others_may_write(tmp_path, monkeypatch):
+    """`python -m` puts the folder it starts in first on sys.path: a service started in /tmp
+    would import a module anyone left there before the course's or the library's own."""
+    import tempfile
+    mark = tmp_path / "imported"
+    (tmp_path / "sqlalchemy.py").write_text(f"open({str(mark)!r}, 'w').close()\nraise ImportError\n")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    service = grade_workers.Service({})
+    answer, printed = service.grade(tmp_path, grade_workers.Job(PS1, "nobody", {}), {}, timeout_s=120)
+    service.close()
+    assert not mark.exists(), printed
+    assert answer is not None and not answer["success"], printed  # no such course: nbgrader's own failure

@@ -135,10 +135,13 @@ class Service:
 
     def __init__(self, env: dict[str, str]):
         self.log = tempfile.NamedTemporaryFile("w+", prefix="nbgrader-", suffix=".log", delete=False)
+        # `python -m` imports from the folder it starts in first: a folder of its own, not one that
+        # anyone may write to, such as /tmp
+        self.folder = tempfile.TemporaryDirectory(prefix="nbgrader-service-")
         read, write = os.pipe()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "autograder.instructor.autograde_service", str(write)],
-            cwd=tempfile.gettempdir(), env=os.environ | env, stdin=subprocess.PIPE, stdout=self.log,
+            cwd=self.folder.name, env=os.environ | env, stdin=subprocess.PIPE, stdout=self.log,
             stderr=subprocess.STDOUT, text=True, pass_fds=(write,), start_new_session=True)
         os.close(write)
         self.answers = os.fdopen(read)
@@ -185,6 +188,7 @@ class Service:
         self.answers.close()
         self.log.close()
         Path(self.log.name).unlink(missing_ok=True)
+        self.folder.cleanup()
 
 
 _idle: dict[tuple, list[Service]] = {}
