@@ -18,7 +18,6 @@ comes back (:mod:`autograder.grading`).
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -163,10 +162,12 @@ class ExecuteInstructorCells(Execute):
         # The kernel would start in the submission's folder, where every file the student sent
         # sits beside the notebook, and Python imports from a kernel's folder first: a
         # submitted autograder/ or ipykernel_launcher.py would run as the judge. It starts in
-        # a folder holding a copy of the notebook alone, which the judge reads the answers from.
+        # a folder holding a link to the notebook alone, which the judge reads the answers from
+        # (and names, resolved, in its record of each test's seed).
         folder = resources["metadata"]["path"]
         with tempfile.TemporaryDirectory(prefix="judge-") as alone:
-            shutil.copy(Path(folder) / f"{ids['notebook']}.ipynb", alone)
+            name = f"{ids['notebook']}.ipynb"
+            Path(alone, name).symlink_to(Path(folder, name).resolve())
             resources["metadata"]["path"] = alone
             try:
                 return super().preprocess(nb, resources, km)
