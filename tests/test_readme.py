@@ -1,7 +1,7 @@
 """README's tables name every lesson and assignment and quote their thresholds and recorded GPU
 figures as the declarations and results/gpu/results.json hold them (the figures as a reader
 sees them, markers aside: tests/test_figures.py checks the markers); the instructor guide's
-times per student are those of the class table it cites."""
+times per student are those of the class tables it cites."""
 import json
 import re
 

@@ -109,8 +109,9 @@ class Runner:
     """A runner process and the judge's end of its channel. Called with a case, its seed and
     the inputs the judge drew from them, it returns ``(outputs, problem)`` as
     :func:`~autograder.correctness.run_cases` wants (the problem's message and kind as the
-    runner sent them: untrusted, and shown only to the submission's own author); once the process has crashed, hung or broken the protocol,
-    :attr:`ended` says so. It runs in a scratch folder of its own, removed when it stops."""
+    runner sent them: untrusted, and shown only to the submission's own author); once the
+    process has crashed, hung or broken the protocol, :attr:`ended` says so. It runs in a
+    scratch folder of its own, removed when it stops."""
 
     def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float, begin: bool = True):
         """Start the process; with ``begin``, also wait until it has run the answer cells

@@ -105,7 +105,7 @@ class Server:
                                      all_threads=True)
         if problem is not None:
             return {"problem": problem.message, "kind": problem.kind}, []
-        if self.device != "cuda":  # only the elements: a view of a larger buffer sends no more than they are
+        if self.device != "cuda":  # the elements alone: a view sends every byte its strides span
             return {"problem": None}, [o.detach().contiguous() for o in outs]
         self.handed = [o.detach().contiguous() for o in outs]
         torch.cuda.synchronize()
