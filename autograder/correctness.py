@@ -235,7 +235,7 @@ def _reference(exercise: Exercise, inputs) -> tuple:
 def integrity_problem(exercise: Exercise, record) -> str | None:
     """Which of the course's rules on how an output is made a call broke (from its
     :class:`~autograder.guards.CallRecord`), or None."""
-    copies = sorted({op for op in record.torch_ops if op.split(".")[1] in DATA_MOVEMENT_OPS})
+    copies = sorted({op for op in record.torch_ops if op.startswith("aten.") and op.split(".")[1] in DATA_MOVEMENT_OPS})
     function = exercise.function
     if copies:  # data movement the exercise does not allow: a copy
         return say("`{function}` copied data with PyTorch ({ops}: .contiguous(), .clone(), .to() or a reshape "
@@ -260,7 +260,7 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
 
 def _changed_inputs(before, after) -> str | None:
     for i, (a, b) in enumerate(zip(before, after)):
-        if not torch.equal(a, b) and not (a.isnan() & b.isnan()).any():
+        if a.shape != b.shape or not bool(((a == b) | (a.isnan() & b.isnan())).all()):
             return say("input {i} was changed by the call: write results to a new tensor, not into the inputs.", i=i)
     return None
 

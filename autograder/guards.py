@@ -120,10 +120,16 @@ ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
+MAX_SCALAR_READS = 64
+"""Values a call may read from its tensors one at a time (a length, a flag): more is arithmetic
+done on the host, element by element."""
+
+
 class _OpRecorder(TorchDispatchMode):
     def __init__(self, record: CallRecord, allowed: frozenset[str], zones: GuardZones | None):
         super().__init__()
         self.record, self.allowed, self.zones = record, allowed, zones
+        self.scalar_reads = 0
         self.launching = 0
         """Kernel launches under way: the interpreter copies their arguments in and out with
         PyTorch (copy_), which are not the wrapper's; any other op there still counts."""
@@ -136,9 +142,16 @@ class _OpRecorder(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
+        # PyTorch's own ops by name; an op from any other namespace (torch.library's, whose
+        # Python body would run unseen below this mode) always counts, whatever its name.
+        name = func.overloadpacket.__name__ if func.namespace == "aten" else None
         if name not in self.allowed and not (self.launching and name in DATA_MOVEMENT_OPS):
             self.record.torch_ops.append(str(func))
+        if name == "_local_scalar_dense" and not self.launching:
+            self.scalar_reads += 1
+            if self.scalar_reads == MAX_SCALAR_READS + 1:
+                self.record.host.append(say("more than {count} values read one at a time (.item(), float(), int())",
+                                            count=MAX_SCALAR_READS))
         out = func(*args, **(kwargs or {}))
         if name in ("_to_copy", "copy_") and out.device.type == "cpu" and any(
                 isinstance(a, torch.Tensor) and a.is_cuda for a in args):

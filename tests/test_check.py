@@ -88,12 +88,20 @@ def test_a_stray_store_in_a_helper_function_is_named_like_one_in_the_kernel():
                           and "InterpreterError" not in c.message for c in failed), failed[0].message
 
 
+@torch.library.custom_op("course_test::clone", mutates_args=())
+def _added_in_an_op_of_ones_own(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """PyTorch's add behind an op named like one a wrapper may call (aten::clone)."""
+    return x + y
+
+
 @pytest.mark.parametrize("cheat, phrase", [
     (lambda x, y: x + y, "computed with PyTorch (aten.add.Tensor)"),
     (lambda x, y: torch.add(x, y), "computed with PyTorch"),
     (lambda x, y: _launch(x, y, torch.empty_like(x)) * 1, "aten.mul"),
     (lambda x, y: torch.empty_like(x), "without launching a Triton kernel"),
     (torch.compile(lambda x, y: x + y, backend="eager"), "computed with PyTorch"),  # compiled: still seen
+    (lambda x, y: (_launch(x, y, torch.empty_like(x)), _added_in_an_op_of_ones_own(x, y))[1],
+     "computed with PyTorch (course_test.clone.default)"),
 ])
 def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
     result = check(VECTOR_ADD, cheat, measure_throughput=False, verbose=False)
@@ -111,6 +119,18 @@ def test_data_taken_out_through_dlpack_is_noted():
     result = check(VECTOR_ADD, add_in_numpy, measure_throughput=False, verbose=False)
     assert not result.correct
     assert all("took data out of PyTorch" in c.message and "Tensor.__dlpack__()" in c.message for c in result.cases)
+
+
+def test_arithmetic_on_values_read_one_at_a_time_is_noted():
+    def add_on_the_host(x, y):
+        out = _launch(x, y, torch.empty_like(x)).view(-1)
+        for i in range(min(out.numel(), 65)):
+            out[i] = float(x.view(-1)[i]) + float(y.view(-1)[i])
+        return out.view(x.shape)
+    result = check(VECTOR_ADD, add_on_the_host, measure_throughput=False, verbose=False)
+    sizes = [case.shape[0] for case in VECTOR_ADD.visible_cases[DEV]]
+    assert [c.passed for c in result.cases] == [n * 2 <= 64 for n in sizes], result.summary()
+    assert all("more than 64 values read one at a time" in c.message for c in failures(result))
 
 
 def test_the_rules_cost_no_dynamo_import():
@@ -161,6 +181,13 @@ def test_changing_an_input_fails():
     result = check(VECTOR_ADD, lambda x, y: _launch(x, y, x), measure_throughput=False, verbose=False)
     assert all("input 0 was changed" in c.message for c in failures(result))
     assert failures(result)
+
+
+def test_a_changed_input_is_found_beside_a_nan_that_stayed():
+    from autograder.correctness import _changed_inputs
+    before = torch.tensor([float("nan"), 1.0])
+    assert _changed_inputs([before], [before.clone()]) is None
+    assert "input 0 was changed" in _changed_inputs([before], [torch.tensor([float("nan"), 2.0])])
 
 
 def test_returning_a_cached_buffer_fails():

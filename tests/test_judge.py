@@ -697,6 +697,18 @@ def test_the_judge_refuses_malformed_messages():
         protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=0)
 
 
+def test_text_from_a_runner_reaches_the_judge_as_text_it_can_print():
+    """JSON may carry a lone surrogate, which Python cannot encode: printing the verdict would fail."""
+    import socket
+    import time
+    from autograder.grading import protocol
+    ours, theirs = socket.socketpair()
+    body = b'{"problem": "bad \\ud800 news", "kind": "exception"}'
+    theirs.sendall(len(body).to_bytes(4, "big") + body)
+    header, _ = protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=0)
+    assert header["problem"] == "bad ? news"
+
+
 SENDS_ITS_OWN_MESSAGE = ZEROS + '''
 import socket, sys
 

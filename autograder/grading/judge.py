@@ -90,17 +90,22 @@ def find_notebook(exercise: str) -> Path:
 
 
 @functools.cache
-def compile_cache() -> Path:
+def compile_cache(trusted: bool = False) -> Path:
     """Triton's cache for the runners this judge starts: one per grading kernel, that is per
     student's notebook, so that student's tests share compiled kernels and no one else's
-    code reaches them. It starts with a copy of the machine's host modules (:mod:`.host_modules`)."""
+    code reaches them; ``trusted``: the baseline runner's own, since that one runs unconfined
+    and must load nothing a student's code wrote. Each starts with a copy of the machine's host
+    modules (:mod:`.host_modules`)."""
     path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+    _caches.append(path)
     host_modules.seed(path)
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     atexit.register(stop_kept)  # first: the kept runner writes in it
     return path
 
 
+_caches: list[Path] = []
+"""Every cache :func:`compile_cache` made."""
 FAULT_RESTARTS = 3
 """How many times one test's runner is started again after a CUDA fault (see :meth:`Runner.restart`)."""
 
@@ -139,7 +144,7 @@ class Runner:
         cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno())]
         self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
                                          hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR, settings.GRADING_RECORD.name),
-                                         cache=compile_cache(),
+                                         cache=compile_cache(trusted=code is None),
                                          pass_fds=(theirs.fileno(),), trusted=code is None)
         theirs.close()
         self.error: str | None = None
@@ -406,9 +411,9 @@ def clean_up() -> None:
     compile cache. nbgrader's kernel runs it after the last graded cell and is then killed
     (:class:`~.autograde.ExecuteInstructorCells`)."""
     stop_kept()
-    if compile_cache.cache_info().currsize:
-        shutil.rmtree(compile_cache(), ignore_errors=True)
-        compile_cache.cache_clear()
+    while _caches:
+        shutil.rmtree(_caches.pop(), ignore_errors=True)
+    compile_cache.cache_clear()
 
 
 def _throughput(result: CheckResult, timing: bool, clean, runner: Runner | None) -> ThroughputResult:

@@ -60,6 +60,10 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
         header = json.loads(data)
     except (ValueError, RecursionError) as error:
         raise ProtocolError(say("a header that is not JSON ({error})", error=str(error)[:200])) from None
+    try:
+        json.dumps(header, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate (U+D800 to U+DFFF), which no text the judge prints may hold
+        header = json.loads(json.dumps(header, ensure_ascii=False).encode(errors="replace"))
     if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
         raise ProtocolError(say("a header that is not a JSON object with a list of tensors"))
     tensors, budget = [], max_tensor_bytes

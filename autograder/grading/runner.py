@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     channel = socket.socket(fileno=args.fd)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # CPU ops on the calling thread only
 
-    sandbox.limit_memory()
+    sandbox.limit_resources()
     from .. import device, exercises
     where = device.setup_device(verbose=False)  # before the student's @triton.jit
     exercise = exercises.get(args.exercise)

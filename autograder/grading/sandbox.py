@@ -65,9 +65,16 @@ def clean_environment(scratch: Path, hide: tuple[str, ...] = (), cache: Path | N
     return env
 
 
-def limit_memory() -> None:
-    """Cap this process's memory (:data:`MEMORY_LIMIT_VAR`): the grading process calls it on
-    itself first thing, so an allocation past the cap raises instead of exhausting the machine."""
+FILE_LIMIT_BYTES = 1 << 30
+"""The largest file a grading process may write (``RLIMIT_FSIZE``): a kernel's compiled files
+take megabytes. Past it a write fails with ``OSError: File too large``."""
+
+
+def limit_resources() -> None:
+    """Cap this process's memory (:data:`MEMORY_LIMIT_VAR`) and the size of each file it writes
+    (:data:`FILE_LIMIT_BYTES`): the grading process calls it on itself first thing, so an
+    allocation or a file past its cap fails instead of exhausting the machine."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, FILE_LIMIT_BYTES))
     # RLIMIT_DATA, not RLIMIT_AS: it counts heap and private writable mappings only, so the
     # interpreter's 1 GB of mapped libraries and a CUDA driver's address-space reservations
     # (tens of GB, never writable) are not charged against the cap.

@@ -14,13 +14,15 @@ from ..grading.cells import answer_code
 REACHES = (
     (r"\bctypes\b|\bcffi\b|\bmmap\b|\b\w*dlpack\w*\b|\buntyped_storage\b|\.storage\(", "memory by address"),
     (r"_python_dispatch|_disable_current_modes|Dispatch(Mode|Key)|TorchFunctionMode|__torch_(function|dispatch)__"
-     r"|torch\._C\b|torch\.ops\b|\baten\b", "PyTorch's dispatch internals, which record the ops it calls"),
+     r"|torch\._C\b|torch\.ops\b|\baten\b|torch\.library\b|\bcustom_op\b|\bLibrary\s*\(",
+     "PyTorch's dispatch internals, which record the ops it calls"),
     (r"\bautograder\b|\bsolutions\b|\bnbgrader\b", "the course's own grading code"),
     (r"\b(subprocess|multiprocessing|threading|signal|socket|asyncio)\b|os\.(fork|system|exec|spawn|kill)",
      "processes, threads, signals or sockets"),
     (r"\b(exec|eval|compile|__import__|getattr|setattr|globals|vars)\s*\(|\bimportlib\b|\bbuiltins\b",
      "code or names built at run time"),
-    (r"sys\.(argv|modules|_getframe|settrace|setprofile)|/proc/|\bgc\.|\binspect\b|__code__|__globals__",
+    (r"sys\.(argv|modules|_getframe|settrace|setprofile|exc_info)|/proc/|\bgc\.|\binspect\b|__code__|__globals__"
+     r"|__traceback__|\btb_frame\b|\bf_back\b|\bf_locals\b|\bf_globals\b",
      "the process's internals"),
     (r"\b(fcntl|termios|pty|tty)\b|/dev/", "terminals and devices"),
     (r"\.numpy\(|__array__|\.tolist\(|\bnumpy\b", "data taken to the host (NumPy, .tolist())"),
