@@ -363,6 +363,14 @@ def test_sandbox_keeps_both_ends_of_a_flood_of_output(tmp_path):
     assert "characters of output left out" in done.output
 
 
+def test_a_grading_process_writes_no_file_past_its_cap(tmp_path):
+    big = ("from autograder.grading import sandbox\nsandbox.FILE_LIMIT_BYTES = 1 << 20\nsandbox.limit_resources()\n"
+           "try:\n    open('big', 'wb').write(bytes(2 << 20))\nexcept OSError as error:\n    print(error.strerror)")
+    done = run_sandboxed([sys.executable, "-c", big], tmp_path, 60)
+    assert done.returncode == 0 and done.output.strip() == "File too large", done.output
+    assert (tmp_path / "big").stat().st_size == 1 << 20
+
+
 def test_sandbox_stops_what_the_code_started_and_hides_the_course(tmp_path, monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     started = "import os, subprocess, time\nprint(subprocess.Popen(['sleep', '300']).pid, " \

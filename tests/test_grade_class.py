@@ -206,11 +206,16 @@ def test_every_reference_answer_reads_as_nothing_to_review():
         assert review_notes([ROOT / "source" / name / f"{name}.ipynb"]) == [], name
 
 
-def test_memory_reached_around_pytorch_is_named_for_review(tmp_path):
+@pytest.mark.parametrize("code, named", [
+    ("a = np.from_dlpack(x)\n    b = bytes(y.untyped_storage())", "from_dlpack, untyped_storage (memory by address)"),
+    ("@torch.library.custom_op('me::clone', mutates_args=())", "custom_op, torch.library (PyTorch's dispatch"),
+    ("e.__traceback__.tb_frame.f_back.f_locals", "__traceback__, f_back, f_locals, tb_frame (the process's internals)"),
+])
+def test_reaching_around_the_rules_is_named_for_review(tmp_path, code, named):
     import nbformat
     from autograder.instructor.review import review_notes
-    answer = nbformat.v4.new_code_cell("def add(x, y):\n    a = np.from_dlpack(x)\n    b = bytes(y.untyped_storage())\n")
+    answer = nbformat.v4.new_code_cell(f"def add(x, y):\n    {code}\n")
     answer.metadata["nbgrader"] = {"grade_id": "add", "solution": True}
     nbformat.write(nbformat.v4.new_notebook(cells=[answer]), tmp_path / "a.ipynb")
     note, = review_notes([tmp_path / "a.ipynb"])
-    assert "from_dlpack, untyped_storage (memory by address)" in note, note
+    assert named in note, note

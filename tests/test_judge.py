@@ -146,9 +146,27 @@ def host_modules_here(tmp_path, monkeypatch):
     """This machine's host modules in a folder of the test's own; the judge's compile cache made afresh."""
     from autograder.grading import host_modules
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    judging.compile_cache.cache_clear()
+    judging.clean_up()
     yield host_modules.folder()
-    judging.compile_cache.cache_clear()
+    judging.clean_up()
+
+
+def test_the_baseline_runner_loads_nothing_from_a_cache_student_code_writes(monkeypatch):
+    """The baseline's runner runs unconfined: a module a student's runner left in the cache it
+    shares would run as the instructor."""
+    from autograder.grading import sandbox
+    caches = {}
+
+    class Started:
+        def __init__(self, cmd, *, cache, trusted, **kwargs):
+            caches[trusted] = cache
+
+    monkeypatch.setattr(sandbox, "Sandboxed", Started)
+    for code in (None, "def add(x, y): pass"):
+        runner = judging.Runner(ADD, code, time.monotonic() + 60, 60, begin=False)
+        runner.channel.close()
+        runner.folder.cleanup()
+    assert caches[True] != caches[False] == judging.compile_cache()
 
 
 def test_a_students_compile_cache_starts_with_host_modules_their_code_cannot_change(graded_here, host_modules_here):

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -89,23 +88,24 @@ def find_notebook(exercise: str) -> Path:
     raise FileNotFoundError(f"cannot find the notebook of {exercise} in {here} to grade it")
 
 
-@functools.cache
 def compile_cache(trusted: bool = False) -> Path:
     """Triton's cache for the runners this judge starts: one per grading kernel, that is per
     student's notebook, so that student's tests share compiled kernels and no one else's
     code reaches them; ``trusted``: the baseline runner's own, since that one runs unconfined
     and must load nothing a student's code wrote. Each starts with a copy of the machine's host
     modules (:mod:`.host_modules`)."""
-    path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
-    _caches.append(path)
-    host_modules.seed(path)
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    atexit.register(stop_kept)  # first: the kept runner writes in it
-    return path
+    if trusted not in _caches:
+        path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
+        host_modules.seed(path)
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        atexit.register(stop_kept)  # first: the kept runner writes in it
+        _caches[trusted] = path
+    return _caches[trusted]
 
 
-_caches: list[Path] = []
-"""Every cache :func:`compile_cache` made."""
+_caches: dict[bool, Path] = {}
+"""The caches :func:`compile_cache` made, by ``trusted``."""
+
 FAULT_RESTARTS = 3
 """How many times one test's runner is started again after a CUDA fault (see :meth:`Runner.restart`)."""
 
@@ -408,12 +408,11 @@ def stop_kept() -> None:
 
 def clean_up() -> None:
     """What this judge's exit functions do, done now: stop everything kept and remove the
-    compile cache. nbgrader's kernel runs it after the last graded cell and is then killed
+    compile caches. nbgrader's kernel runs it after the last graded cell and is then killed
     (:class:`~.autograde.ExecuteInstructorCells`)."""
     stop_kept()
     while _caches:
-        shutil.rmtree(_caches.pop(), ignore_errors=True)
-    compile_cache.cache_clear()
+        shutil.rmtree(_caches.popitem()[1], ignore_errors=True)
 
 
 def _throughput(result: CheckResult, timing: bool, clean, runner: Runner | None) -> ThroughputResult:
