@@ -48,6 +48,7 @@ def brief(kind: str, function: str) -> str:
         "cuda_fault": say("your kernel faulted on the GPU, most often from an address outside every tensor."),
         "time": say("`{function}` did not finish within the time limit of one call.", function=function),
         "rule": say("`{function}` broke one of the exercise's rules on how an output is made.", function=function),
+        "not_on_gpu": say("`{function}` did not return a tensor on the GPU.", function=function),
     }
     return sentences.get(kind) or say("`{function}` raised an exception.", function=function)
 

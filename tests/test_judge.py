@@ -858,6 +858,27 @@ def test_a_slow_add_cannot_buy_speed(graded_here, attack):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("failure, said", [
+    ("raise RuntimeError('what the hidden cases were: 12345')", "`add` raised an exception."),
+    ("return x + y + 0 * float(12345)", "`add` broke one of the exercise's rules on how an output is made."),
+])
+def test_a_failure_in_the_timed_runs_is_told_in_the_judges_words_only(graded_here, failure, said):
+    """The runner timed is the one that ran the hidden cases: its own text could carry them."""
+    after_the_cases = REFERENCE_ADD + f'''
+_calls = [0]
+
+def add(x, y, _add=add):
+    _calls[0] += 1
+    if _calls[0] > {len(ADD.visible_cases["cuda"])}:
+        {failure}
+    return _add(x, y)
+'''
+    result = graded_throughput(graded_here, after_the_cases)
+    assert result.correct and result.throughput.status == "failed", result.summary()
+    assert f"in the timed runs, {said}" in result.throughput.message and "12345" not in result.throughput.message
+
+
+@pytest.mark.gpu
 def test_a_store_past_the_end_fails_on_a_gpu(graded_here):
     unmasked = REFERENCE_ADD.replace("tl.store(out_ptr + r * N + c, a + b, mask=in_bounds)",
                                      "tl.store(out_ptr + r * N + c, a + b)")

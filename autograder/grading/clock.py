@@ -11,6 +11,10 @@ result cached from earlier inputs too (every batch has new inputs), and the runn
 timers decide nothing. One output per batch, chosen by the judge, is also compared element
 by element with the reference.
 
+A failure of the student's runner is told in the judge's words only (:func:`.correctness.brief`):
+the runner timed here is the one that ran the hidden cases, and its own text, or its output's
+values, could carry them into the feedback.
+
 The PyTorch baseline is served the same way by a second runner that never runs student code
 (``--reference``), alternating with the student's batches; the same round trip and reads
 with no calls, timed on that runner, are subtracted from both. The baseline is also timed
@@ -30,7 +34,7 @@ import triton
 import triton.language as tl
 
 from .. import timing
-from ..correctness import compare_outputs
+from ..correctness import brief, compare_outputs
 from ..language import say
 from ..report import ThroughputResult
 from ..spec import Exercise
@@ -119,8 +123,9 @@ class Batch:
                                "Outputs are read as soon as your function returns: finish all their work (on "
                                "every stream) before returning, and compute every call from its own inputs.",
                                call=i + 1, calls=len(sums), got=got, want=want)
-        problem = compare_outputs(self.exercise, self.case.dtype, sampled, self.kept)
-        return say("the outputs of the timed runs are wrong:\n{problem}", problem=problem) if problem else None
+        if compare_outputs(self.exercise, self.case.dtype, sampled, self.kept):
+            return say("the outputs of the timed runs are wrong: {why}", why=brief("values", self.exercise.function))
+        return None
 
 
 class Baseline:
@@ -157,15 +162,18 @@ class Baseline:
             return ThroughputResult("failed", say("not measured: the PyTorch baseline could not be timed ({problem}); "
                                                   "tell your instructor.", problem=self.problem))
         audit = Batch(self.exercise, self.calls)
-        self._prepare(runner, audit)
-        header, _ = runner.request({"op": "run", "audit": True})
+        header, _ = runner.request({"op": "prepare", "seeds": audit.seeds})
+        if not header.get("problem"):
+            header, _ = runner.request({"op": "run", "audit": True})
         if header.get("problem"):
-            return ThroughputResult("failed", say("failed: {problem}", problem=header["problem"]))
+            return self._failed(runner, header)
         ours, theirs = [], []
         for _ in range(ROUNDS + 1):  # the first student batch warms up (autotuning ends in the audit)
             theirs.append(self._round(self.reference))
             batch = Batch(self.exercise, self.calls)
-            self._prepare(runner, batch)
+            header, _ = runner.request({"op": "prepare", "seeds": batch.seeds})
+            if header.get("problem"):
+                return self._failed(runner, header)
             seconds, problem = self._timed(runner, batch, trusted=False)
             if problem:
                 return ThroughputResult("failed", say("failed: {problem}", problem=problem))
@@ -173,6 +181,15 @@ class Baseline:
         student = statistics.median(ours[1:]) / self.calls
         baseline = min(statistics.median(theirs[1:]), statistics.median(self.clean)) / self.calls
         return self._verdict(student, baseline)
+
+    def _failed(self, runner, header: dict) -> ThroughputResult:
+        return ThroughputResult("failed", say("failed: {problem}", problem=self._their_problem(runner, header)))
+
+    def _their_problem(self, runner, header: dict) -> str:
+        """Why the student's runner failed a request, in the judge's words."""
+        why = runner.ended_brief if runner.ended else brief(str(header.get("kind")), self.exercise.function)
+        return say("in the timed runs, {why} Your notebook's throughput check runs the same case and shows the "
+                   "whole error.", why=why)
 
     def _round(self, side) -> float:
         batch = Batch(self.exercise, self.calls)
@@ -207,7 +224,7 @@ class Baseline:
             side.pause()
         try:
             if header.get("problem"):
-                return 0.0, str(header["problem"])
+                return 0.0, str(header["problem"]) if trusted else self._their_problem(side, header)
             outputs, per_call = header.get("outputs"), len(batch.layouts)
             layouts = batch.layouts * len(batch.seeds)  # call by call, each call's outputs in order
             if not isinstance(outputs, list) or len(outputs) != len(layouts) or not all(

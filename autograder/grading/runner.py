@@ -137,14 +137,14 @@ class Server:
                 outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
             from ..correctness import integrity_problem
             if (problem := integrity_problem(self.exercise, record)) is not None:
-                return {"problem": problem}, []
+                return {"problem": problem, "kind": "rule"}, []
         else:
             outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
         self.outputs = [o.contiguous() if isinstance(o, torch.Tensor) else o for o in outs]
         torch.cuda.synchronize()
         if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in self.outputs):
             return {"problem": say("`{function}` did not return a tensor on the GPU",
-                                   function=self.exercise.function)}, []
+                                   function=self.exercise.function), "kind": "not_on_gpu"}, []
         return {"outputs": [ipc.export(o) for o in self.outputs]}, []
 
     def ping(self, header: dict, tensors: list):
