@@ -4,6 +4,9 @@ a reason in the summary table and in its graded notebook and feedback; everyone 
 graded exactly, and grading again gives the same grades."""
 import csv
 import json
+import os
+import pwd
+import subprocess
 import shutil
 import sys
 import tempfile
@@ -361,6 +364,20 @@ def test_sandbox_keeps_both_ends_of_a_flood_of_output(tmp_path):
     assert done.returncode == 0 and done.output.startswith("first line")
     assert done.output.rstrip().endswith("last line") and len(done.output) < 3 * sandbox.KEPT_OUTPUT_CHARS
     assert "characters of output left out" in done.output
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_a_folder_a_runner_made_read_only_is_removed_all_the_same(python_for_nobody):
+    """As a grader that is not root: a folder left read-only keeps its files from plain rmtree."""
+    top = Path(tempfile.mkdtemp(prefix="left-by-a-runner-"))
+    (top / "locked").mkdir()
+    (top / "locked" / "kept.bin").write_text("x")
+    for path in (top, top / "locked", top / "locked" / "kept.bin"):
+        os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+    (top / "locked").chmod(0o500)
+    code = f"from pathlib import Path\nfrom autograder.grading import sandbox\nsandbox.remove_tree(Path({str(top)!r}))"
+    subprocess.run([sys.executable, "-c", code], user="nobody", cwd="/", check=True)
+    assert not top.exists()
 
 
 def test_a_grading_process_writes_no_file_past_its_cap(tmp_path):

@@ -44,7 +44,6 @@ import math
 import os
 import pickle
 import secrets
-import shutil
 import socket
 import sys
 import tempfile
@@ -97,7 +96,7 @@ def compile_cache(trusted: bool = False) -> Path:
     if trusted not in _caches:
         path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
         host_modules.seed(path)
-        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        atexit.register(sandbox.remove_tree, path)
         atexit.register(stop_kept)  # first: the kept runner writes in it
         _caches[trusted] = path
     return _caches[trusted]
@@ -412,7 +411,7 @@ def clean_up() -> None:
     (:class:`~.autograde.ExecuteInstructorCells`)."""
     stop_kept()
     while _caches:
-        shutil.rmtree(_caches.popitem()[1], ignore_errors=True)
+        sandbox.remove_tree(_caches.popitem()[1])
 
 
 def _throughput(result: CheckResult, timing: bool, clean, runner: Runner | None) -> ThroughputResult:

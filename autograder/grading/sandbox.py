@@ -14,11 +14,13 @@ gradebook) are closed to it with ordinary permissions (:func:`close_to_others`).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import functools
 import os
 import pwd
 import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,6 +101,22 @@ def grading_user() -> pwd.struct_passwd | None:
         return pwd.getpwnam(name)
     except KeyError:
         raise KeyError(f"{GRADING_USER_VAR}={name}: no such user on this machine") from None
+
+
+def remove_tree(top: Path) -> None:
+    """Remove a folder that a student's code wrote in, whatever permissions it left inside (a
+    folder made read-only keeps its files from ``shutil.rmtree`` unless the grader is root).
+    Call it once that code has stopped. Links are removed, never followed."""
+    if not top.is_dir() or top.is_symlink():
+        return
+    top.chmod(0o700)
+    for folder, dirs, _ in os.walk(top):  # top-down: each folder opened before it is walked
+        for name in dirs:
+            path = Path(folder, name)
+            if not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    path.chmod(0o700)
+    shutil.rmtree(top, ignore_errors=True)
 
 
 def close_to_others(*paths: Path) -> None:
