@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sysconfig
 import traceback
 from pathlib import Path
 from typing import NamedTuple
@@ -17,6 +18,8 @@ from .report import CaseResult
 from .spec import Case, Exercise
 
 _PACKAGE_DIR = str(Path(__file__).parent)
+_LIBRARY_DIRS = tuple({_PACKAGE_DIR, *(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib"))})
+"""Where the frames of Python's, Triton's, PyTorch's and the course's own code live."""
 SHOWN_MISMATCHES = 5
 _CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
                          r"|device-side assert|illegal instruction", re.IGNORECASE)
@@ -82,7 +85,8 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
     outputs those of :meth:`~autograder.spec.Exercise.call`;
     ``problem`` a :class:`Problem`; after a problem that ends the process (``call.ended``, in brief
     ``call.ended_brief``), the remaining cases are not run, nor after a CUDA fault unless
-    ``call.restart()`` gives them a new process. Every failure also gets its brief
+    ``call.restart()`` gives them a new process, nor after a call that ran out of time. Every
+    failure also gets its brief
     (:attr:`CaseResult.brief`)."""
     results, ended = [], None
     for i, case in enumerate(cases):
@@ -102,6 +106,9 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
             ended = (call.ended, call.ended_brief)
         elif problem.kind == "cuda_fault" and not call.restart():
             ended = (not_run_after_fault(),) * 2
+        elif problem.kind == "time":  # in this process: the next case would most likely wait as long
+            ended = (say("not run: an earlier case did not finish within the time limit of one call (see that "
+                         "case)."),) * 2
     return results
 
 
@@ -269,6 +276,9 @@ def _changed_inputs(before, after) -> str | None:
 def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> str | None:
     """Why the output ``name`` (``y``, or a gradient such as ``dw``) is not a fresh tensor, or None."""
     the_output = name == "y"
+    if out is None and the_output:
+        return say("`{function}` returned None: end it with `return` and the output tensor.",
+                   function=exercise.function)
     if out is None:
         return say("`{function}`'s backward gave no gradient for {name}: return your torch.autograd.Function's "
                    "output, and from its backward one gradient per input.", function=exercise.function, name=name[1:])
@@ -353,6 +363,10 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
             "(Kernel > Restart) after fixing it.", fault=_CUDA_FAULT.search(str(cause)).group(0))
     elif type(error).__name__ == "CompilationError":
         kind, headline = "compile", say("Triton could not compile your kernel; the first lines below say where.")
+    elif cause is not error and type(error).__name__ == "InterpreterError":  # the interpreter's wrapper
+        headline = say("`{function}` raised {error} in the kernel: {cause}", function=exercise.function,
+                       error=type(cause).__name__, cause=cause).splitlines()[0]
+        return Problem("\n".join([headline, *kernel_line(cause.__traceback__)]), "raised")
     else:
         kind, headline = "raised", say("`{function}` raised {error}: {cause}", function=exercise.function,
                                        error=type(cause).__name__, cause=cause).splitlines()[0]
@@ -360,8 +374,10 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
 
 
 def _student_traceback(error: BaseException, limit_lines: int = 12) -> str:
-    """The traceback without the grader's own frames, trimmed to a readable length."""
+    """The traceback of the student's own code (without Python's, Triton's, PyTorch's or the
+    grader's frames, unless only those are left), trimmed to a readable length."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    frames = [f for f in frames if not f.filename.startswith(_LIBRARY_DIRS)] or frames
     text = "".join(traceback.format_list(frames[-4:]))
     text += "".join(traceback.format_exception_only(type(error), error))
     lines = text.rstrip().splitlines()
