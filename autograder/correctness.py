@@ -251,9 +251,14 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
                    "through their strides: a copy reads and writes every element once more.",
                    function=function, ops=", ".join(copies))
     if record.torch_ops:
-        return say("`{function}` computed with PyTorch ({ops}). This exercise asks for the arithmetic inside "
+        ops = sorted(set(record.torch_ops))
+        said = say("`{function}` computed with PyTorch ({ops}). This exercise asks for the arithmetic inside "
                    "your Triton kernel; the wrapper may only allocate and launch.",
-                   function=function, ops=", ".join(sorted(set(record.torch_ops))))
+                   function=function, ops=", ".join(ops))
+        if exercise.gradients and all(op.startswith("aten.sum.") for op in ops):  # autograd's own sum_to
+            said += " " + say("If your backward returns a gradient with more dimensions than its input, autograd "
+                              "sums it with aten.sum itself: return each gradient in its input's shape.")
+        return said
     if record.threads:
         return say("`{function}` handed work to another thread ({thread}). Grading watches the calling thread "
                    "only: compute in your Triton kernel, launched from it.",

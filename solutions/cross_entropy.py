@@ -15,13 +15,14 @@ _F16, _BF16 = torch.float16, torch.bfloat16
 
 # Cases only grading runs. Each list has one shape twice: fresh data and other ignored rows,
 # so an answer that matches a remembered output fails the second. The CPU's repeat the
-# visible edges at other sizes: a single row, vocab 1 in float16, exactly one tile (4096),
-# one past it (4097), large strided rows, -inf in float16, two rows both ignored. 4097 is
-# float32 on the GPU too: leaving out its last logit moves a loss by ~5e-3, which bfloat16's
-# tolerance (2**-7 of a loss of 10 = 8e-2) would hide.
+# visible edges at other sizes: a single row, vocab 1 in float16, 77 (less than a tile, not a
+# power of two), exactly one tile (4096), one past it (4097), large strided rows, -inf in
+# float16, two rows both ignored. 4097 is float32 on the GPU too: leaving out its last logit
+# moves a loss by ~5e-3, which bfloat16's tolerance (2**-7 of a loss of 10 = 8e-2) would hide.
 HIDDEN_CASES = {
-    "cpu": (C((5, 4097)), C((5, 4097)), C((1, 20_000)), C((3, 1), _F16), C((4, 4096), _F16, strided=True),
-            C((3, 9000), _F16, values="neg_inf"), C((5, 6000), strided=True, values="large"),
+    "cpu": (C((5, 4097)), C((5, 4097)), C((1, 20_000)), C((3, 1), _F16), C((2, 77), _F16),
+            C((4, 4096), _F16, strided=True),
+            C((5, 9000), _F16, values="neg_inf"), C((5, 6000), strided=True, values="large"),
             C((2, 3000), all_ignored=True)),
     "cuda": (C((256, 128_256), _BF16), C((256, 128_256), _BF16), C((1, 1)), C((7, 256_000), _F16, values="large"),
              C((33, 100_003), strided=True, values="neg_inf"), C((1000, 32_000), _F16, strided=True),

@@ -62,7 +62,7 @@ def test_the_reference_passes(which):
 @triton.jit
 def _variant_kernel(loss_ptr, logits_ptr, target_ptr, row_stride, vocab, TILE: tl.constexpr,
                     SUBTRACT_MAX: tl.constexpr, RESCALE: tl.constexpr, WHOLE_ROW: tl.constexpr,
-                    SKIP_IGNORED: tl.constexpr, PAD_NEG_INF: tl.constexpr):
+                    SKIP_IGNORED: tl.constexpr, PAD_NEG_INF: tl.constexpr, GUARD_NEG_INF: tl.constexpr):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * row_stride
     target = tl.load(target_ptr + row)
@@ -76,9 +76,12 @@ def _variant_kernel(loss_ptr, logits_ptr, target_ptr, row_stride, vocab, TILE: t
         x = tl.load(base + cols, mask=cols < vocab, other=float("-inf") if PAD_NEG_INF else 0.0).to(tl.float32)
         if SUBTRACT_MAX:
             m_new = tl.maximum(m, tl.max(x, axis=0))
+            pivot = m_new
+            if GUARD_NEG_INF:  # a tile of -inf alone: -inf - (-inf) is NaN
+                pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
             if RESCALE:
-                s = s * tl.exp(m - m_new)
-            s += tl.sum(tl.exp(x - m_new), axis=0)
+                s = s * tl.exp(m - pivot)
+            s += tl.sum(tl.exp(x - pivot), axis=0)
             m = m_new
         else:
             s += tl.sum(tl.exp(x), axis=0)
@@ -94,13 +97,14 @@ def _variant_kernel(loss_ptr, logits_ptr, target_ptr, row_stride, vocab, TILE: t
     tl.store(loss_ptr + row, loss.to(loss_ptr.dtype.element_ty))
 
 
-def variant(**mistakes):
-    switches = dict(SUBTRACT_MAX=True, RESCALE=True, WHOLE_ROW=True, SKIP_IGNORED=True, PAD_NEG_INF=True)
+def variant(tile_of=lambda vocab: min(triton.next_power_of_2(vocab), TILE), **mistakes):
+    switches = dict(SUBTRACT_MAX=True, RESCALE=True, WHOLE_ROW=True, SKIP_IGNORED=True, PAD_NEG_INF=True,
+                    GUARD_NEG_INF=True)
     switches.update(mistakes)
 
     def cross_entropy(logits, target):
         loss = torch.empty(logits.shape[0], dtype=logits.dtype, device=logits.device)
-        tile = min(triton.next_power_of_2(logits.shape[1]), TILE)
+        tile = tile_of(logits.shape[1])
         _variant_kernel[(logits.shape[0],)](loss, logits, target, logits.stride(0), logits.shape[1],
                                             TILE=tile, **switches)
         return loss
@@ -118,6 +122,20 @@ def test_no_max_subtraction_fails_exactly_the_large_logits(which):
     wrong = failed(variant(SUBTRACT_MAX=False), which)
     assert set(wrong) == labels(which, lambda c: c.values == "large")
     assert all("Inf" in message for message in wrong.values())
+
+
+@pytest.mark.parametrize("which", ["visible", "hidden"])
+def test_no_guard_for_a_tile_of_minus_inf_fails_exactly_those_rows(which):
+    wrong = failed(variant(GUARD_NEG_INF=False), which)
+    assert set(wrong) == labels(which, lambda c: c.values == "neg_inf" and counts_a_row(c))
+    assert all("NaN" in message for message in wrong.values())
+
+
+@pytest.mark.parametrize("which", ["visible", "hidden"])
+def test_a_tile_that_is_not_a_power_of_two_fails_the_short_rows(which):
+    wrong = failed(variant(tile_of=lambda vocab: min(vocab, TILE)), which)  # compiles on no GPU
+    assert set(wrong) == labels(which, lambda c: c.shape[1] < TILE and c.shape[1] & (c.shape[1] - 1))
+    assert all("power of 2" in message for message in wrong.values())
 
 
 @pytest.mark.parametrize("which", ["visible", "hidden"])

@@ -129,6 +129,19 @@ class _DbByPyTorch(LayerNormFunction):
         return dx, dw, dy.sum(dim=0)
 
 
+class GradientsOfAnotherShape(LayerNormFunction):
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dw, db = LayerNormFunction.backward(ctx, dy)
+        return dx, dw.view(1, -1), db  # autograd sums it back to (n,) with aten.sum
+
+
+def test_a_gradient_of_another_shape_is_named_as_the_likely_cause():
+    result = check(EXERCISE, GradientsOfAnotherShape.apply, measure_throughput=False, verbose=False)
+    assert not result.correct and all("return each gradient in its input's shape" in c.message
+                                      for c in result.cases if not c.passed), result.summary()
+
+
 @pytest.mark.parametrize("cheat", [lambda x, w, b: F.layer_norm(x, (x.shape[1],), w, b, EPS),
                                    lambda x, w, b: _DbByPyTorch.apply(x, w, b)], ids=["F.layer_norm", "db_by_sum"])
 def test_pytorch_shortcuts_fail_in_either_pass(cheat):

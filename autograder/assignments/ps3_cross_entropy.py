@@ -35,7 +35,8 @@ def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor) -> torch
 
 def cross_entropy_inputs(case: CrossEntropyCase, generator: torch.Generator, device: str):
     """(logits, target): logits as :func:`~autograder.inputs.random_tensors` makes them
-    (``strided``: rows of a wider tensor; ``neg_inf``: one logit in ten -inf), except that every
+    (``strided``: rows of a wider tensor; ``neg_inf``: one logit in ten -inf, and in every odd
+    row the first 8,192 or all but the last, so that a first tile holds -inf alone), except that every
     second row (0, 2, ...) has its largest logit swapped into its last column: the row's max
     then comes in its last tile, and a sum never rescaled to it is wrong. Targets are uniform in
     [0, vocab), moved to the row's largest logit where they would pick a -inf one (the loss
@@ -51,6 +52,7 @@ def cross_entropy_inputs(case: CrossEntropyCase, generator: torch.Generator, dev
     home = generator.device
     target = torch.randint(vocab, (rows,), generator=generator, device=home).to(device)
     if case.values == "neg_inf":
+        logits[1::2, :min(8192, vocab - 1)] = float("-inf")
         hole = logits.gather(1, target[:, None]).squeeze(1).isinf()
         target[hole] = logits.argmax(dim=1)[hole]
     if case.all_ignored:
@@ -82,9 +84,10 @@ CROSS_ENTROPY_TOLERANCES = {torch.float32: (1e-5, 1e-5), _F16: (1e-5, 2**-10), _
 
 C = CrossEntropyCase
 # The CPU's rows are several tiles of 4096 long: 10,000 ends in a ragged tile (for any
-# power-of-two tile up to 8192), 8192 is whole tiles. Vocab 1 gives a loss of 0 in every row;
+# power-of-two tile up to 8192), 8192 is whole tiles; 100 is less than one tile, and not a
+# power of two (a tile of min(vocab, 4096) compiles on no GPU). Vocab 1 gives a loss of 0 in every row;
 # large values overflow exp without the max subtracted (e^88.7 is float32's limit).
-_CPU = (C((4, 1)), C((3, 10_000)), C((5, 8192)), C((3, 5000), _F16), C((4, 6000), strided=True),
+_CPU = (C((4, 1)), C((4, 100)), C((3, 10_000)), C((5, 8192)), C((3, 5000), _F16), C((4, 6000), strided=True),
         C((3, 12_000), values="large"), C((3, 7000), _F16, values="large"),
         C((6, 9000), values="neg_inf"), C((4, 3000), all_ignored=True))
 # Real vocabularies: Llama 2 (32,000), GPT-2 (50,257), Llama 3 (128,256), Qwen 2 (151,936),
