@@ -128,6 +128,15 @@ def test_the_judge_refuses_malformed_exported_outputs():
         "the outputs are larger than the reference's."
 
 
+def test_a_case_may_send_back_no_more_than_its_references_outputs_in_float64():
+    """PS5's reference reads its lengths from a tensor, so it has no shapes on the meta device."""
+    varlen = exercises.get("ps5_varlen_attention")
+    for case in varlen.visible_cases["cpu"][:3]:
+        inputs = varlen.make_inputs(case, torch.Generator("cpu").manual_seed(0), "cpu")
+        out, = varlen.call(varlen.reference, inputs)
+        assert judging._output_bytes(varlen, inputs) == max(out.numel(), 1) * 8, case.label
+
+
 def test_only_compiled_c_modules_are_kept_as_host_modules(tmp_path):
     from autograder.grading.host_modules import keep_host_modules
     cache, kept = tmp_path / "cache", tmp_path / "kept"
