@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, kernel_line,
-                     raised_inside, time_limit, watch)
+from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, gpu_dot_precision,
+                     kernel_line, raised_inside, time_limit, watch)
 from .language import say
 from .report import CaseResult
 from .spec import Case, Exercise
@@ -171,8 +171,10 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
         return None, Problem(problem, "signature")
     before = [t.clone() for t in _tensors(given)]
     what = say("`{function}` on {label}", function=exercise.function, label=label)  # for the time limit's message
+    # float32 graded on a GPU: its tl.dot's default precision is TF32 there, and here too
+    tf32 = device == "cpu" and any(c.dtype == torch.float32 for c in exercise.visible_cases.get("cuda", ()))
     try:
-        with time_limit(exercise.time_limit_s, what), \
+        with time_limit(exercise.time_limit_s, what), gpu_dot_precision(tf32), \
                 watch(exercise.allowed_ops, zones, all_threads) as record:
             outs = exercise.call(fn, given)
             if device == "cuda":

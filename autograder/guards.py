@@ -557,6 +557,30 @@ the values the kernel runs with and the function that sees each access, or None.
 _on_access = None
 """That function for the launch under way: called with the kind ("load", "store" or
 "atomic"), the pointers and the mask, it returns the pointers and mask to run with."""
+_tf32 = False
+"""Whether interpreted dots round float32 operands as a GPU does (:func:`gpu_dot_precision`)."""
+
+
+@contextlib.contextmanager
+def gpu_dot_precision(on: bool = True):
+    """In the block, an interpreted ``tl.dot`` of float32 operands with ``input_precision="tf32"``
+    (Triton's default) rounds them to TF32 first, as a GPU's tensor cores do: 10 bits of mantissa
+    where float32 has 23. The interpreter alone multiplies in full float32, so a kernel that
+    misses float32's tolerance on a GPU would pass on the CPU."""
+    global _tf32
+    install_interpreter_hooks()
+    previous, _tf32 = _tf32, on
+    try:
+        yield
+    finally:
+        _tf32 = previous
+
+
+def round_to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest TF32 value (ties to even); inf and NaN as they are."""
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000))
+    return np.where(np.isfinite(x), rounded.view(np.float32), x)
 
 
 @contextlib.contextmanager
@@ -611,7 +635,7 @@ def install_interpreter_hooks() -> None:
         return (ptrs, mask) if _on_access is None else _on_access(kind, ptrs, mask)
 
     builder = type(interpreter.interpreter_builder)
-    load, store = builder.create_masked_load, builder.create_masked_store
+    load, store, dot = builder.create_masked_load, builder.create_masked_store, builder.create_dot
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
     def masked_load(self, ptrs, mask, *rest, **options):
@@ -632,7 +656,13 @@ def install_interpreter_hooks() -> None:
             raise OutOfBoundsAccess(say("an atomic_cas outside its tensor: give every lane a valid address."))
         return cas(self, ptr, *rest, **options)
 
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if _tf32 and getattr(input_precision, "name", None) == "TF32" and a.dtype == b.dtype == tl.float32:
+            a, b = (interpreter.TensorHandle(round_to_tf32(t.data), t.dtype) for t in (a, b))
+        return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
     executor._init_args_hst, executor.__call__ = init_args, call
+    builder.create_dot = create_dot
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
     interpreter._course_hooks = True

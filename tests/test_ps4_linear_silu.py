@@ -126,6 +126,7 @@ WRONG = {  # the reference with one edit each
                           ".to(tl.float16)).to(tl.float32)")],
     "exp_ratio_sigmoid": [("    e = tl.exp(-tl.abs(z))\n" + SILU,  # exp(z) / (1 + exp(z)): inf / inf past 88.7
                            "    e = tl.exp(z)\n    y = z * e / (1.0 + e)\n")],
+    "tf32_for_float32": [('precision = "ieee" if x.dtype == torch.float32 else "tf32"', 'precision = "tf32"')],
     "rounded_before_silu": [("    e = tl.exp(-tl.abs(z))\n",  # as an unfused kernel stores the pre-activation
                              "    z = z.to(y_ptr.dtype.element_ty).to(tl.float32)\n    e = tl.exp(-tl.abs(z))\n")],
 }
@@ -166,6 +167,13 @@ def test_a_float16_accumulator_fails_the_long_float16_sum():
     assert "64×64×512 float16" in wrong and "17×33×130 float16" not in wrong
     assert "elements differ" in wrong["64×64×512 float16"]
     assert visible(lambda c: c.dtype == torch.float32 and c.shape[2] > 1) <= set(wrong)  # 11 bits of 24 kept
+
+
+def test_tf32_for_float32_fails_the_float32_cases_on_the_cpu_as_on_a_gpu():
+    # TF32 keeps 10 bits of float32's 23: products off by ~5e-4 relative, a sum of K of them
+    # far past float32's atol of 1e-4 (the interpreter rounds as tensor cores do)
+    wrong = failed(wrong_linear_silu("tf32_for_float32"))
+    assert set(wrong) == visible(lambda c: c.dtype == torch.float32 and c.shape[2] > 1)
 
 
 def test_an_overflowing_sigmoid_fails_the_large_cases_with_nan():
