@@ -86,8 +86,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
     ``problem`` a :class:`Problem`; after a problem that ends the process (``call.ended``, in brief
     ``call.ended_brief``), the remaining cases are not run, nor after a CUDA fault unless
     ``call.restart()`` gives them a new process, nor after a call that ran out of time. Every
-    failure also gets its brief
-    (:attr:`CaseResult.brief`)."""
+    failure also gets its brief (:attr:`CaseResult.brief`)."""
     results, ended = [], None
     for i, case in enumerate(cases):
         if ended:

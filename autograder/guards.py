@@ -521,13 +521,16 @@ def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes) -> OutOfBoundsAcce
     program = tuple(interpreter_builder.grid_idx)
     if kind == "load":
         message = say("out-of-bounds load in program {program}: {where}. The offset is wrong, or lanes "
-                      "past the data need a mask (e.g. tl.load(..., mask=offsets < n_elements)).", program=program, where=where)
+                      "past the data need a mask (e.g. tl.load(..., mask=offsets < n_elements)).",
+                      program=program, where=where)
     elif kind == "store":
         message = say("out-of-bounds store in program {program}: {where}. The offset is wrong, or lanes "
-                      "past the data need a mask (e.g. tl.store(..., mask=offsets < n_elements)).", program=program, where=where)
+                      "past the data need a mask (e.g. tl.store(..., mask=offsets < n_elements)).",
+                      program=program, where=where)
     else:
         message = say("out-of-bounds atomic in program {program}: {where}. The offset is wrong, or lanes "
-                      "past the data need a mask (e.g. tl.atomic_add(..., mask=offsets < n_elements)).", program=program, where=where)
+                      "past the data need a mask (e.g. tl.atomic_add(..., mask=offsets < n_elements)).",
+                      program=program, where=where)
     error = OutOfBoundsAccess(message)
     error.program = tuple(int(i) for i in interpreter_builder.grid_idx)
     return error
