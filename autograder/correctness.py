@@ -257,8 +257,8 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
                    "your Triton kernel; the wrapper may only allocate and launch.",
                    function=function, ops=", ".join(ops))
         if exercise.gradients and all(op.startswith("aten.sum.") for op in ops):  # autograd's own sum_to
-            said += " " + say("If your backward returns a gradient with more dimensions than its input, autograd "
-                              "sums it with aten.sum itself: return each gradient in its input's shape.")
+            said += " " + say("If your backward returns a gradient shaped differently from its input, autograd "
+                              "sums it to that shape with aten.sum itself: return each gradient in its input's shape.")
         return said
     if record.threads:
         return say("`{function}` handed work to another thread ({thread}). Grading watches the calling thread "
@@ -283,7 +283,7 @@ def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> s
     """Why the output ``name`` (``y``, or a gradient such as ``dw``) is not a fresh tensor, or None."""
     the_output = name == "y"
     if out is None and the_output:
-        return say("`{function}` returned None: end it with `return` and the output tensor.",
+        return say("`{function}` returned None: end it by returning the output tensor (e.g. `return out`).",
                    function=exercise.function)
     if out is None:
         return say("`{function}`'s backward gave no gradient for {name}: return your torch.autograd.Function's "

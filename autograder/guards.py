@@ -571,7 +571,8 @@ def gpu_dot_precision(on: bool = True):
     where float32 has 23. The interpreter alone multiplies in full float32, so a kernel that
     misses float32's tolerance on a GPU would pass on the CPU."""
     global _tf32
-    install_interpreter_hooks()
+    if on:
+        install_interpreter_hooks()
     previous, _tf32 = _tf32, on
     try:
         yield

@@ -277,7 +277,7 @@ def test_a_traceback_shows_the_students_lines_not_the_libraries():
 
 def test_a_function_that_returns_nothing_is_told_so():
     result = check(VECTOR_ADD, lambda x, y: (_launch(x, y, torch.empty_like(x)), None)[1], verbose=False)
-    assert all(c.message == "`add` returned None: end it with `return` and the output tensor." for c in result.cases)
+    assert all(c.message == "`add` returned None: end it by returning the output tensor (e.g. `return out`)." for c in result.cases)
 
 
 def test_seed_replays_the_same_inputs():

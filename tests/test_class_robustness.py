@@ -6,8 +6,8 @@ import csv
 import json
 import os
 import pwd
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
 import time

@@ -724,6 +724,26 @@ def test_the_judge_refuses_malformed_messages():
         protocol.recv(ours, time.monotonic() + 5, max_tensor_bytes=0)
 
 
+def test_a_failure_in_the_timed_runs_is_said_in_the_judges_words_in_every_language():
+    """What the GPU's throughput verdict says of a runner that failed there (its own text could
+    carry the hidden cases): the judge's sentence for the kind, and the public throughput case."""
+    import types
+    from autograder.grading import clock
+    from autograder.language import set_language
+    baseline = object.__new__(clock.Baseline)
+    baseline.exercise = ADD
+    failed = types.SimpleNamespace(ended=None)
+    said = baseline._their_problem(failed, {"problem": "what the hidden cases were: 12345", "kind": "values"})
+    assert said == (f"in the timed runs on {ADD.throughput.case.label}, elements differ from PyTorch's result by "
+                    "more than the tolerance. Call `add` on inputs of that shape to see the whole error.")
+    set_language("zh")
+    try:
+        said = baseline._their_problem(failed, {"problem": "what the hidden cases were: 12345", "kind": "raised"})
+        assert ADD.throughput.case.label in said and "12345" not in said and "timed runs" not in said, said
+    finally:
+        set_language("en")
+
+
 def test_text_from_a_runner_reaches_the_judge_as_text_it_can_print():
     """JSON may carry a lone surrogate, which Python cannot encode: printing the verdict would fail."""
     import socket
@@ -884,7 +904,8 @@ def add(x, y, _add=add):
 '''
     result = graded_throughput(graded_here, after_the_cases)
     assert result.correct and result.throughput.status == "failed", result.summary()
-    assert f"in the timed runs, {said}" in result.throughput.message and "12345" not in result.throughput.message
+    assert f"in the timed runs on {ADD.throughput.case.label}, {said}" in result.throughput.message
+    assert "12345" not in result.throughput.message
 
 
 @pytest.mark.gpu

@@ -188,8 +188,8 @@ class Baseline:
     def _their_problem(self, runner, header: dict) -> str:
         """Why the student's runner failed a request, in the judge's words."""
         why = runner.ended_brief if runner.ended else brief(str(header.get("kind")), self.exercise.function)
-        return say("in the timed runs, {why} Your notebook's throughput check runs the same case and shows the "
-                   "whole error.", why=why)
+        return say("in the timed runs on {label}, {why} Call `{function}` on inputs of that shape to see the whole "
+                   "error.", label=self.exercise.throughput.case.label, why=why, function=self.exercise.function)
 
     def _round(self, side) -> float:
         batch = Batch(self.exercise, self.calls)

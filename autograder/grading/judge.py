@@ -96,8 +96,6 @@ def compile_cache(trusted: bool = False) -> Path:
     if trusted not in _caches:
         path = Path(tempfile.mkdtemp(prefix="triton-cache-"))
         host_modules.seed(path)
-        atexit.register(sandbox.remove_tree, path)
-        atexit.register(stop_kept)  # first: the kept runner writes in it
         _caches[trusted] = path
     return _caches[trusted]
 
@@ -406,12 +404,15 @@ def stop_kept() -> None:
 
 
 def clean_up() -> None:
-    """What this judge's exit functions do, done now: stop everything kept and remove the
-    compile caches. nbgrader's kernel runs it after the last graded cell and is then killed
+    """Stop everything kept and remove the compile caches: at exit, and earlier where nbgrader's
+    kernel runs it after the last graded cell before it is killed
     (:class:`~.autograde.ExecuteInstructorCells`)."""
     stop_kept()
     while _caches:
         sandbox.remove_tree(_caches.popitem()[1])
+
+
+atexit.register(clean_up)
 
 
 def _throughput(result: CheckResult, timing: bool, clean, runner: Runner | None) -> ThroughputResult:

@@ -4,6 +4,7 @@ of it, and checks every size, dtype and layout before it builds a tensor from th
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -13,6 +14,8 @@ from ..language import say
 
 MAX_HEADER_BYTES = 1 << 20
 MAX_LAYOUT_VALUE, MAX_DIMS = 1 << 48, 16
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""JSON's escape of a UTF-16 surrogate (U+D800 to U+DFFF), alone or one of a pair."""
 """The largest size, stride, offset or byte count a tensor description may hold, and its most dimensions."""
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
@@ -60,9 +63,7 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
         header = json.loads(data)
     except (ValueError, RecursionError) as error:
         raise ProtocolError(say("a header that is not JSON ({error})", error=str(error)[:200])) from None
-    try:
-        json.dumps(header, ensure_ascii=False).encode()
-    except UnicodeEncodeError:  # a lone surrogate (U+D800 to U+DFFF), which no text the judge prints may hold
+    if _SURROGATE_ESCAPE.search(data):  # a lone one is text the judge could not print: "?" instead
         header = json.loads(json.dumps(header, ensure_ascii=False).encode(errors="replace"))
     if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
         raise ProtocolError(say("a header that is not a JSON object with a list of tensors"))
