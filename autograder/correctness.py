@@ -204,7 +204,10 @@ def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem
                            if several else
                            say("output shape is {got}, expected {want} (the shape of PyTorch's result).", **shapes),
                            "shape")
-        if out.dtype != case.dtype:
+        if exercise.output_dtype is not None and out.dtype != exercise.output_dtype:
+            return Problem(say("output dtype is {got}, expected {want}.", got=out.dtype, want=exercise.output_dtype),
+                           "dtype")
+        if exercise.output_dtype is None and out.dtype != case.dtype:
             dtypes = dict(name=name, got=out.dtype, want=case.dtype)
             return Problem(say("{name} dtype is {got}, expected {want} (the inputs' dtype).", **dtypes) if several
                            else say("output dtype is {got}, expected {want} (the inputs' dtype).", **dtypes),

@@ -35,7 +35,8 @@ class Case:
     """Shape of each input tensor, unless the exercise's ``make_inputs`` says otherwise (a
     matmul's case is ``(M, N, K)``)."""
     dtype: torch.dtype = torch.float32
-    """Element type of the inputs (and of the expected output)."""
+    """Element type of the inputs (and of the expected output, unless the exercise gives
+    ``output_dtype``)."""
     strided: bool = False
     """Pass a row-strided view, ``x[..., :n]`` of a wider tensor, where the exercise allows it."""
     values: str = "normal"
@@ -107,6 +108,8 @@ class Exercise:
     points: dict[str, float] = field(default_factory=dict)
     """Points of each graded part: ``correctness`` (visible cases), ``hidden`` (cases only
     grading runs, shared out by the fraction passed) and ``throughput`` (all or nothing)."""
+    output_dtype: torch.dtype | None = None
+    """The output's dtype where it is not the inputs' (an FP8 matmul writes float16); None: the case's."""
     tolerances: dict[torch.dtype, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     """Per-dtype ``(atol, rtol)`` against the float64 reference."""
     allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS

@@ -109,11 +109,17 @@ _matmul_rate: dict[torch.dtype, float] = {}
 
 
 def matmul_tflops(dtype: torch.dtype, n: int = 8192) -> float:
-    """The device's measured ``torch.matmul`` rate at n×n×n in ``dtype``, once per process and dtype.
+    """The device's measured matmul rate at n×n×n in ``dtype``, once per process and dtype.
 
-    float32 is timed as PyTorch runs it by default (IEEE, no TF32).
+    float32 is timed as PyTorch runs it by default (IEEE, no TF32); an FP8 format as
+    ``torch._scaled_mm`` with unit scales, to float16 (``torch.matmul`` takes no FP8).
     """
     if dtype not in _matmul_rate:
         a, b = (torch.randn(n, n, device="cuda").to(dtype) for _ in range(2))
-        _matmul_rate[dtype] = tflops(2 * n**3, median_ms(lambda: a @ b))
+        if dtype.itemsize == 1:
+            one = torch.ones((), device="cuda")
+            call = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float16)  # noqa: E731
+        else:
+            call = lambda: a @ b  # noqa: E731
+        _matmul_rate[dtype] = tflops(2 * n**3, median_ms(call))
     return _matmul_rate[dtype]

@@ -37,6 +37,8 @@ ISSUE = {
                            [1024, 2048, 4096, 8192], [(4096, 1.0, None), (8192, 1.0, None)]),
     "tma_matmul_bfloat16": ("autograder.kernels.tma_matmul", "tma_matmul", "torch.matmul", BF16,
                             [1024, 2048, 4096, 8192], [(4096, 1.0, None), (8192, 1.0, None)]),
+    "tma_matmul_fp8": ("autograder.kernels.tma_matmul", "fp8_matmul", "torch._scaled_mm", torch.float8_e4m3fn,
+                   [1024, 2048, 4096, 8192], [(8192, 1.0, None)]),
     "flash_attention": ("autograder.kernels.flash_attention", "attention", "F.scaled_dot_product_attention", BF16,
                         [512, 1024, 2048, 4096], [(4096, 0.8, None)]),
     "flash_attention_causal": ("autograder.kernels.flash_attention", "attention", "F.scaled_dot_product_attention",
@@ -77,10 +79,11 @@ def test_the_units_and_ceilings_follow_from_bytes_or_flops():
         "fused_softmax_bfloat16": ("GB/s", "copy bandwidth"), "online_softmax": ("GB/s", "copy bandwidth"),
         "matmul": ("TFLOP/s", "torch.matmul float16"), "tma_matmul_float16": ("TFLOP/s", "torch.matmul float16"),
         "tma_matmul_bfloat16": ("TFLOP/s", "torch.matmul bfloat16"),
+        "tma_matmul_fp8": ("TFLOP/s", "torch._scaled_mm float8_e4m3fn"),
         "flash_attention": ("TFLOP/s", "torch.matmul bfloat16"),
         "flash_attention_causal": ("TFLOP/s", "torch.matmul bfloat16")}
     # the benchmark measures exactly the matmul rates these ceilings name
-    assert sweeps.MATMUL_DTYPES == (F16, BF16)
+    assert sweeps.MATMUL_DTYPES == (F16, BF16, torch.float8_e4m3fn)
 
 
 def test_bytes_and_flops_at_the_goal_sizes():
@@ -99,7 +102,8 @@ def test_a_sweep_counts_what_its_declaration_counts_on_its_own_inputs(name):
     s = SWEEPS[name]
     n = s.sizes[0]
     inputs = s.make_inputs(n, "cpu")
-    assert all(t.dtype == s.dtype for t in inputs if isinstance(t, torch.Tensor))
+    # the operands; an FP8 matmul's one-element scales are float32
+    assert all(t.dtype == s.dtype for t in inputs if isinstance(t, torch.Tensor) and t.dim() > 0)
     throughput = s.declared.throughput
     if s.flops is None:  # every input read once, the output written once
         assert s.bytes_moved(n) == throughput.bytes_moved(inputs, s.reference(*inputs))
@@ -393,7 +397,7 @@ def fake_gpu(monkeypatch):
                         lambda verbose=True: types.SimpleNamespace(has_gpu=True))
     monkeypatch.setattr(run, "environment", lambda: ENV)
     monkeypatch.setattr(run.timing, "copy_bandwidth_gbps", lambda: 4000.0)
-    monkeypatch.setattr(run.timing, "matmul_tflops", lambda dtype: {F16: 700.0, BF16: 680.0}[dtype])
+    monkeypatch.setattr(run.timing, "matmul_tflops", lambda dtype: {F16: 700.0, BF16: 680.0, torch.float8_e4m3fn: 1300.0}[dtype])
     monkeypatch.setattr(run, "measure_sweep", fake_measure_sweep)
     monkeypatch.setitem(SWEEPS, "missing_kernel", dataclasses.replace(
         swept_as(monkeypatch, "matmul", solution="solutions.no_such_kernel"), name="missing_kernel"))
@@ -422,6 +426,7 @@ def test_main_runs_the_chosen_sweeps_printing_each_point_and_saving_as_it_goes(f
         "[fused_softmax_bfloat16] error: AssertionError: at size 1024, Triton softmax disagrees with torch.softmax",
         "[missing_kernel] skipped: solutions/no_such_kernel.py does not exist yet"]
     assert "copy bandwidth (measured): 4,000 GB/s" in out and "torch.matmul bfloat16 (measured): 680 TFLOP/s" in out
+    assert "torch._scaled_mm float8_e4m3fn (measured): 1,300 TFLOP/s" in out
     assert "errors in: fused_softmax_bfloat16" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RESULTS.md", "fused_softmax_float32_throughput.png",
                                                           "results.json"]

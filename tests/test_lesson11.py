@@ -230,6 +230,23 @@ def test_fp8_matmul_agrees_with_torch_scaled_mm():
     torch.testing.assert_close(ours.float(), theirs.float(), atol=1e-2, rtol=2e-3)
 
 
+def test_the_benchmarks_fp8_declaration_judges_a_float16_output_against_the_float64_product():
+    from autograder.correctness import judge_output
+    from autograder.lesson_kernels.tma_matmul_fp8 import EXERCISE as FP8
+
+    case = FP8.visible_cases[DEV][1]
+    inputs = FP8.make_inputs(case, torch.Generator(device=DEV).manual_seed(0), DEV)
+    a8, b8, sa, sb = inputs
+    assert a8.dtype == b8.dtype == case.dtype and b8.stride(0) == 1 and sa.dtype == sb.dtype == torch.float32
+    out = hopper.fp8_matmul(*inputs)
+    assert judge_output(FP8, case, inputs, (out,)) is None
+    assert judge_output(FP8, case, inputs, (out.float(),)) == ("output dtype is torch.float32, expected torch.float16.",
+                                                              "dtype")
+    assert judge_output(FP8, case, inputs, (hopper.fp8_matmul(a8, b8, sa, sb * 1.05),)).kind == "values"
+    # timed natively, the reference is torch._scaled_mm itself
+    torch.testing.assert_close(FP8.reference(*inputs).float(), out.float(), atol=1e-2, rtol=2e-3)
+
+
 def test_a_wrong_scale_is_caught():
     wrong = mutant(SOURCE, ("acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))",
                             "acc = acc * tl.load(scale_a_ptr)"))

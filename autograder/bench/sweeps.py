@@ -153,7 +153,8 @@ class Sweep:
 
 
 def matmul_ceiling_name(dtype: torch.dtype) -> str:
-    return f"torch.matmul {dtype_name(dtype)}"
+    """The matmul whose rate is the ceiling in ``dtype`` (``timing.matmul_tflops``): FP8 has ``torch._scaled_mm``."""
+    return f"{'torch._scaled_mm' if dtype.itemsize == 1 else 'torch.matmul'} {dtype_name(dtype)}"
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -196,12 +197,13 @@ def _online_softmax() -> Sweep:
         bytes_moved=lambda n: 2 * ONLINE_SOFTMAX_ROWS * n * 4, goals=(Goal(2**20, ratio=1.0),))
 
 
-def _matmul(exercise: str, dtype: torch.dtype, title: str, goal: float) -> Sweep:
-    variant = "" if exercise == "matmul" else f"_{dtype_name(dtype)}"
+def _matmul(exercise: str, dtype: torch.dtype, title: str, goal: float, name: str | None = None,
+            goal_sizes: tuple[int, ...] = (4096, 8192)) -> Sweep:
     return Sweep(
-        name=exercise + variant, title=f"{title}, {dtype_name(dtype)}, square", exercise=exercise,
-        case=lambda n: Case((n, n, n), dtype), sizes=(1024, 2048, 4096, 8192), size_name="n (n×n×n)",
-        label=lambda n: f"{n}³", flops=lambda n: 2 * n**3, goals=(Goal(4096, ratio=goal), Goal(8192, ratio=goal)))
+        name=name or f"{exercise}_{dtype_name(dtype)}", title=f"{title}, {dtype_name(dtype)}, square",
+        exercise=exercise, case=lambda n: Case((n, n, n), dtype), sizes=(1024, 2048, 4096, 8192),
+        size_name="n (n×n×n)", label=lambda n: f"{n}³", flops=lambda n: 2 * n**3,
+        goals=tuple(Goal(n, ratio=goal) for n in goal_sizes))
 
 
 def _attention(causal: bool) -> Sweep:
@@ -222,9 +224,11 @@ def _attention(causal: bool) -> Sweep:
 
 SWEEPS: dict[str, Sweep] = {s.name: s for s in (
     _vector_add(), _softmax(torch.float32), _softmax(torch.bfloat16), _online_softmax(),
-    _matmul("matmul", torch.float16, "Matmul", goal=0.9),  # lesson 7
+    _matmul("matmul", torch.float16, "Matmul", goal=0.9, name="matmul"),  # lesson 7
     _matmul("tma_matmul", torch.float16, "Persistent TMA matmul", goal=1.0),  # lesson 11: cuBLAS's speed
     _matmul("tma_matmul", torch.bfloat16, "Persistent TMA matmul", goal=1.0),
+    _matmul("tma_matmul_fp8", torch.float8_e4m3fn, "FP8 matmul, per-tensor scales", goal=1.0, name="tma_matmul_fp8",
+            goal_sizes=(8192,)),
     _attention(causal=False), _attention(causal=True))}
 """Every sweep, in the order the benchmark runs them."""
 

@@ -21,8 +21,9 @@ def matmul_inputs(case: Case, generator: torch.Generator, device: str) -> tuple[
 
 
 def matmul_flops(inputs, output) -> int:
-    """2·M·N·K: one multiply and one add per term of every output."""
-    a, b = inputs
+    """2·M·N·K: one multiply and one add per term of every output (``a`` and ``b`` first among
+    the inputs)."""
+    a, b = inputs[:2]
     return 2 * a.shape[0] * b.shape[1] * a.shape[1]
 
 
