@@ -362,8 +362,10 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
         return Problem("\n".join([say("your kernel has a race: {cause}", cause=cause), *kernel_line(cause.__traceback__)]),
                        "race")
     if isinstance(cause, NotImplementedError):
-        kind, headline = "not_written", say("`{function}` is not written yet (it raised NotImplementedError).",
-                                            function=exercise.function)
+        kind, where = "not_written", _raised_in(cause)
+        headline = (say("`{function}` is not written yet: `{where}` raised NotImplementedError.",
+                        function=exercise.function, where=where) if where not in (None, exercise.function) else
+                    say("`{function}` is not written yet (it raised NotImplementedError).", function=exercise.function))
     elif is_cuda_fault(str(cause)):
         kind, headline = "cuda_fault", say(
             "your kernel faulted on the GPU ({fault}), most often from an address outside every tensor: "
@@ -380,6 +382,14 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
         kind, headline = "raised", say("`{function}` raised {error}: {cause}", function=exercise.function,
                                        error=type(cause).__name__, cause=cause).splitlines()[0]
     return Problem(headline + "\n" + _student_traceback(error), kind)
+
+
+def _raised_in(error: BaseException) -> str | None:
+    """The qualified name of the innermost function outside the libraries that ``error`` passed
+    through (``LayerNormFunction.forward``), or None."""
+    codes = [frame.f_code for frame, _ in traceback.walk_tb(error.__traceback__)
+             if not frame.f_code.co_filename.startswith(_LIBRARY_DIRS)]
+    return getattr(codes[-1], "co_qualname", codes[-1].co_name) if codes else None
 
 
 def _student_traceback(error: BaseException, limit_lines: int = 12) -> str:

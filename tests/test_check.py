@@ -210,8 +210,19 @@ def test_exceptions_get_a_one_line_explanation_above_the_traceback():
     def broken(x, y):
         return {}["missing"]
 
+    class Half:
+        @staticmethod
+        def forward(x, y):
+            raise NotImplementedError("your code goes here")
+
+    def add(x, y):  # the function written, a part it calls not yet
+        return Half.forward(x, y)
+
     msg = check(VECTOR_ADD, unwritten, verbose=False).cases[0].message
     assert msg.startswith("`add` is not written yet") and "raise NotImplementedError()" in msg
+    msg = check(VECTOR_ADD, add, verbose=False).cases[0].message
+    assert msg.splitlines()[0] == ("`add` is not written yet: `test_exceptions_get_a_one_line_explanation_above_"
+                                        "the_traceback.<locals>.Half.forward` raised NotImplementedError.")
     msg = check(VECTOR_ADD, broken, verbose=False).cases[0].message
     assert msg.splitlines()[0] == "`add` raised KeyError: 'missing'"
     assert "autograder" not in msg  # the grader's own frames are cut

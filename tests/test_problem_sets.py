@@ -4,6 +4,7 @@ A solution line is a line of an nbgrader solution region of a problem set's sour
 stripped, longer than 12 characters and not a comment; it is "printed" when a lesson notebook
 (English or Chinese) has the same stripped line in any cell.
 """
+import re
 import subprocess
 import sys
 import zipfile
@@ -86,6 +87,22 @@ def test_the_students_copy_holds_no_answer_and_no_hidden_case(students_copy):
     assert not any(leaked.values()), {name: lines for name, lines in leaked.items() if lines}
     assert "HIDDEN_CASES =" not in text
     assert not [p for p in students_copy.rglob("*.ipynb") if "BEGIN HIDDEN TESTS" in p.read_text()]
+
+
+def test_the_students_copy_has_its_readme_in_english_and_chinese_saying_the_same_things(students_copy):
+    english, chinese = ((students_copy / name).read_text() for name in ("README.md", "README.zh.md"))
+    assert "(README.zh.md)" in english and "(README.md)" in chinese
+
+    def found(pattern, flags=0):
+        return [re.findall(pattern, text, flags) for text in (english, chinese)]
+
+    names, names_zh = found(r"`([^`\n]+)`")  # every command, folder and name the English one gives
+    assert set(names) <= set(names_zh), set(names) - set(names_zh)
+    blocks, blocks_zh = found(r"```.*?```", re.S)
+    assert blocks == blocks_zh
+    for pattern in (r"^#+ ", r"^\|"):  # headings, table rows
+        en, zh = found(pattern, re.M)
+        assert len(en) == len(zh), pattern
 
 
 def test_the_students_copy_checks_visible_cases_and_says_hidden_ones_are_graded_elsewhere(students_copy):

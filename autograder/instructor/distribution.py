@@ -4,8 +4,8 @@ This repository is the instructor's: ``solutions/`` holds every reference answer
 problem set's hidden cases, ``source/`` the notebooks with their solutions and hidden tests.
 ``triton-course distribute DEST`` writes the students' copy to DEST, a new folder:
 the ``autograder`` package (with the lessons' live kernels, :mod:`autograder.kernels`), the
-lessons, the problem sets as released (``student/``), the set-up script and a README of its
-own. Publish DEST (the repository the Colab badges point at, ``[tool.triton-course]
+lessons, the problem sets as released (``student/``), the set-up script and READMEs of its
+own (English and Chinese). Publish DEST (the repository the Colab badges point at, ``[tool.triton-course]
 repository`` in pyproject.toml, or a JupyterHub image) and keep this repository private.
 What a student installs from it can check visible cases, run quizzes and plot; it cannot
 grade hidden cases, because it does not have them (:meth:`autograder.spec.Exercise.hidden_cases`).
@@ -24,8 +24,8 @@ COPIED = ("autograder", "notebooks", "student", "scripts/setup_env.sh", "environ
 reference runs on an H200)."""
 INSTRUCTOR_ONLY = ("solutions", "source", "tests", "docs", "nbgrader_config.py")
 """What it never takes (a test checks the copy against both lists)."""
-README = ROOT / "docs" / "student-readme.md"
-"""The students' copy's README.md."""
+READMES = {"README.md": ROOT / "docs" / "student-readme.md", "README.zh.md": ROOT / "docs" / "student-readme.zh.md"}
+"""The students' copy's READMEs, in English and in Chinese."""
 
 
 def student_pyproject() -> str:
@@ -50,7 +50,8 @@ def build(dest: Path) -> Path:
         else:
             shutil.copy2(source, target)
     (dest / "pyproject.toml").write_text(student_pyproject())
-    shutil.copy2(README, dest / "README.md")
+    for name, source in READMES.items():
+        shutil.copy2(source, dest / name)
     return dest
 
 
