@@ -291,13 +291,13 @@ def grading_table(rows: list[dict]) -> list[str]:
 def markdown(env: dict, ceilings: dict[str, dict], sweeps: list[dict], grading: list[dict],
              only: list[str] | None = None) -> str:
     copy = ceilings["copy bandwidth"]["value"]
-    rates = [f"{name.removeprefix('torch.matmul ')} {c['value']:,.0f} {c['unit']}"
+    rates = ["`{}` {} {:,.0f} {}".format(*name.rsplit(" ", 1), c["value"], c["unit"])  # `torch.matmul` float16 ...
              for name, c in ceilings.items() if name != "copy bandwidth"]
     lines = [f"# GPU results: {env['card']}", "",
              f"{env['date']} · {env['card']} ({env['sms']} SMs, {env['memory_gib']} GiB) · "
              f"torch {env['torch']} · triton {env['triton']} · CUDA {env['cuda']} · Python {env['python']}", "",
              f"Measured ceilings: copy bandwidth (read + write, 1 GiB buffer) **{copy:,.0f} GB/s**"
-             + (f"; `torch.matmul` at 8192³: {', '.join(rates)}" if rates else "") + ".", ""]
+             + (f"; matmul at 8192³: {', '.join(rates)}" if rates else "") + ".", ""]
     if only:
         lines += [f"Part of the benchmark only: `python -m autograder.bench --only {','.join(only)}`.", ""]
     if sweeps:
