@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, gpu_dot_precision,
-                     kernel_line, raised_inside, time_limit, watch)
+                     kernel_line, raised_inside, replaced_functions, time_limit, watch)
 from .language import say
 from .report import CaseResult
 from .spec import Case, Exercise
@@ -180,7 +180,7 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
                 torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
         return None, explain_exception(exercise, error)
-    if problem := integrity_problem(exercise, record):
+    if problem := integrity_problem(exercise, record) or library_problem(exercise):
         return None, Problem(problem, "rule")
     if zones is not None and (damage := zones.damage()):
         return None, Problem(damage, "out_of_bounds")
@@ -242,6 +242,15 @@ def _tensors(args) -> list[torch.Tensor]:
 def _reference(exercise: Exercise, inputs) -> tuple:
     return exercise.call(exercise.reference, tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point()
                                                    else t for t in inputs))
+
+
+def library_problem(exercise: Exercise) -> str | None:
+    """Why PyTorch, NumPy or Triton are no longer as installed (a function of theirs replaced), or None."""
+    if replaced := replaced_functions():
+        return say("`{function}` replaced {names}. Grading runs PyTorch, NumPy and Triton as they are installed: "
+                   "leave their functions alone, and compute in your Triton kernel.",
+                   function=exercise.function, names=", ".join(replaced[:5]))
+    return None
 
 
 def integrity_problem(exercise: Exercise, record) -> str | None:

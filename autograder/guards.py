@@ -259,8 +259,8 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | N
     finally:
         for cls, original in originals.items():
             cls.run = original
-        for owner, name, original in patched:
-            setattr(owner, name, original)
+        for owner, name, original, own in patched:  # an inherited method is inherited again
+            setattr(owner, name, original) if own else delattr(owner, name)
         if busy is not None:
             record.threads += _threads_that_ran(busy)
 
@@ -287,7 +287,7 @@ def _patch_host_and_threads(record: CallRecord) -> list[tuple]:
     for owner, name, note, target in replaced:
         original = getattr(owner, name, None)
         if original is not None:
-            patched.append((owner, name, original))
+            patched.append((owner, name, original, name in vars(owner)))
             setattr(owner, name, noting(original, note, target))
     return patched
 
@@ -310,6 +310,25 @@ def _threads_that_ran(before: dict[int, int]) -> list[str]:
     return [say("thread {name} ran for {microseconds:,.0f} µs of CPU", name=repr(names.get(ident, ident)),
                 microseconds=(now[ident] - before.get(ident, 0)) / 1e3)
             for ident in now if now[ident] - before.get(ident, 0) > OTHER_THREAD_CPU_NS]
+
+
+def _watched() -> dict[str, object]:
+    """What the rules, ``check`` and the runner call on a call's inputs and outputs once its watch
+    has ended: ``torch.Tensor``'s methods and operators, and ``torch.cuda.synchronize``, by name.
+    Replaced, one would run the student's code where nothing watches it (``torch.Tensor.detach``
+    filling the output with ``x + y``)."""
+    return {f"torch.Tensor.{name}": value for name, value in vars(torch.Tensor).items()} | {
+        "torch.cuda.synchronize": torch.cuda.synchronize}
+
+
+_INSTALLED = _watched()
+"""Those as installed, taken when the course is imported: before any student's code."""
+
+
+def replaced_functions() -> list[str]:
+    """The names of :func:`_watched` replaced, or added to ``torch.Tensor``, since the course was
+    imported, e.g. ``['torch.Tensor.detach']``."""
+    return [name for name, value in _watched().items() if _INSTALLED.get(name) is not value]
 
 
 @contextlib.contextmanager
@@ -601,7 +620,9 @@ def interpreter_launches(on_launch):
 
 def install_interpreter_hooks() -> None:
     """Patch the interpreter (once) so that its launches and accesses reach ``_on_launch``:
-    interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory."""
+    interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory, and refuse
+    bfloat16 tensors, whose arithmetic the interpreter gets wrong silently (Triton 3.9: an add of two
+    bfloat16 vectors of standard normal values was off by 3e38)."""
     import triton.language as tl
     from triton.runtime import interpreter
     from triton.runtime.errors import InterpreterError
@@ -613,6 +634,10 @@ def install_interpreter_hooks() -> None:
 
     def init_args(self, args_dev, kwargs):
         global _on_access
+        if any(getattr(a, "dtype", None) == torch.bfloat16 for a in (*args_dev, *kwargs.values())):
+            raise TypeError(say("Triton's interpreter has no bfloat16: it would compute on the raw bits and return "
+                                "wrong values without an error. On the CPU use float16 or float32; bfloat16 runs on "
+                                "a GPU."))
         args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
         names = self.arg_names[:len(args_hst)] + list(kwargs_hst)
         values, _on_access = _on_launch(names, list(args_hst) + list(kwargs_hst.values()))

@@ -109,6 +109,13 @@ def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
     assert all(phrase in c.message for c in result.cases), result.summary()
 
 
+def test_a_library_function_replaced_fails_every_case(monkeypatch):
+    monkeypatch.setattr(torch.Tensor, "detach", lambda t: t)
+    result = check(VECTOR_ADD, lambda x, y: _launch(x, y, torch.empty_like(x)), measure_throughput=False,
+                   verbose=False)
+    assert all(c.message.startswith("`add` replaced torch.Tensor.detach.") for c in result.cases), result.summary()
+
+
 @pytest.mark.skipif(DEV != "cpu", reason="numpy takes only host memory through DLPack")
 def test_data_taken_out_through_dlpack_is_noted():
     import numpy as np

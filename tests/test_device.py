@@ -21,6 +21,10 @@ x = torch.randn(16, device=choice.device)
 out = torch.empty(1, device=choice.device)
 row_stats[(1,)](x, out, N=16)
 torch.testing.assert_close(out[0], x.max() + x.sum())
+try:  # its arithmetic on bfloat16 would be silently wrong
+    row_stats[(1,)](x.bfloat16(), out, N=16)
+except TypeError as refusal:
+    print(refusal)
 print("OK", choice.device)
 """
 
@@ -41,11 +45,12 @@ def _interpreter_works() -> bool:
 
 
 @pytest.mark.skipif(not _interpreter_works(), reason="this Triton's interpreter breaks under this numpy")
-def test_cpu_choice_prints_one_line_and_runs_reductions_after_a_late_switch():
+def test_cpu_choice_prints_one_line_runs_reductions_after_a_late_switch_and_refuses_bfloat16():
     done = run(REDUCTION_AFTER_IMPORT, TRITON_COURSE_DEVICE="cpu")
     assert done.returncode == 0, done.stderr
-    first, last = done.stdout.strip().splitlines()
+    first, refusal, last = done.stdout.strip().splitlines()
     assert "interpreter" in first and "throughput checks need a GPU" in first and "bfloat16" in first
+    assert refusal.startswith("Triton's interpreter has no bfloat16: it would compute on the raw bits")
     assert last == "OK cpu"
 
 

@@ -210,12 +210,33 @@ def test_every_reference_answer_reads_as_nothing_to_review():
     ("a = np.from_dlpack(x)\n    b = bytes(y.untyped_storage())", "from_dlpack, untyped_storage (memory by address)"),
     ("@torch.library.custom_op('me::clone', mutates_args=())", "custom_op, torch.library (PyTorch's dispatch"),
     ("e.__traceback__.tb_frame.f_back.f_locals", "__traceback__, f_back, f_locals, tb_frame (the process's internals)"),
+    ("torch.Tensor.detach = lambda t: t", "torch.Tensor.detach = (a library's function replaced)"),
+    ("__builtins__['len'] = None", "__builtins__ (code or names built at run time)"),
+    ("weakref.finalize(x, print)", "weakref (code that runs after a call returns)"),
 ])
-def test_reaching_around_the_rules_is_named_for_review(tmp_path, code, named):
+@pytest.mark.parametrize("version", [4, 3])  # nbgrader grades a version 3 notebook too, upgraded
+def test_reaching_around_the_rules_is_named_for_review(tmp_path, code, named, version):
     import nbformat
     from autograder.instructor.review import review_notes
     answer = nbformat.v4.new_code_cell(f"def add(x, y):\n    {code}\n")
     answer.metadata["nbgrader"] = {"grade_id": "add", "solution": True}
-    nbformat.write(nbformat.v4.new_notebook(cells=[answer]), tmp_path / "a.ipynb")
+    nbformat.write(nbformat.convert(nbformat.v4.new_notebook(cells=[answer]), version), tmp_path / "a.ipynb")
     note, = review_notes([tmp_path / "a.ipynb"])
     assert named in note, note
+
+
+def test_review_reads_a_notebook_whose_metadata_is_not_what_nbgrader_writes(tmp_path):
+    from autograder.instructor.review import review_notes
+    odd = {"cells": [{"cell_type": "code", "id": "a", "metadata": {"nbgrader": ["solution"]}, "source": "import ctypes",
+                      "outputs": [], "execution_count": None}, "not a cell"], "metadata": [], "nbformat": 4,
+           "nbformat_minor": 5}
+    (tmp_path / "notes.ipynb").write_text(json.dumps(odd))
+    assert review_notes([tmp_path / "notes.ipynb"]) == []  # no answer cell in it, and no crash
+
+
+def test_the_class_table_shows_control_characters_and_does_not_obey_them():
+    from autograder.instructor.grade_class import StudentGrade, table
+    grade = StudentGrade("mallory", graded=True, score=7.5, max_score=10,
+                         reasons=["test_correctness: \x1b[2K\x1b[1Gmallory 10/10 all passed"])
+    line = table(PS1, [grade]).splitlines()[-1]
+    assert "\x1b" not in line and "\\x1b[2K\\x1b[1Gmallory 10/10" in line and "7.5/10" in line

@@ -403,6 +403,40 @@ def test_a_kept_runner_ends_with_the_judge(graded_here):
     assert len(pids) == 1 + DEVICE.has_gpu and not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
+FILLED_AFTER_THE_CALL = ZEROS + '''
+_pending, _detach = [], torch.Tensor.detach
+
+
+def _fill_then_detach(self):  # PyTorch's sums, once the call's watch has ended
+    while _pending:
+        x, y, out = _pending.pop()
+        out.copy_(x + y)
+    return _detach(self)
+
+
+torch.Tensor.detach = _fill_then_detach
+
+
+def add(x, y, _zeros=add):
+    out = _zeros(x, y)
+    _pending.append((x, y, out))
+    return out
+'''
+THREAD_LEFT_RUNNING = ZEROS + '''
+import threading, time
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+'''
+
+
+@pytest.mark.parametrize("answer, words", [(FILLED_AFTER_THE_CALL, "`add` replaced torch.Tensor.detach."),
+                                           (THREAD_LEFT_RUNNING, "`add` left a thread running.")],
+                         ids=["library function replaced", "thread left running"])
+def test_what_runs_around_the_call_breaks_the_rules(graded_here, answer, words):
+    write_notebook(graded_here, answer)
+    result = isolated()
+    assert not result.correct and all(c.message.startswith(words) for c in result.cases), result.summary()
+
+
 def test_a_broken_answer_cell_is_explained(graded_here):
     write_notebook(graded_here, "def add(x, y)\n    return x")
     assert "raised SyntaxError when run on their own" in isolated().cases[0].message

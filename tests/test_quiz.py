@@ -169,6 +169,18 @@ def test_options_are_shuffled_per_student_and_stay_put_for_one(monkeypatch):
     assert all(quiz_entry(q)["correct"] == 1 for q in SEED_QUESTION_IDS)  # the data keep the seed's order (B)
 
 
+@pytest.mark.parametrize("question_id", [q for q in QUESTION_IDS if q not in SEED_QUESTION_IDS])
+def test_the_right_option_is_not_told_by_its_length(question_id):
+    """Shuffling hides where the right option is; its length must not give it away either: it is
+    neither much longer nor much shorter than the longest wrong one. (The seed's own options are
+    kept as the seed wrote them.)"""
+    entry = quiz_entry(question_id)
+    for lang in ("en", "zh"):
+        lengths = [len(option) for option in entry[lang]["options"]]
+        right = lengths.pop(entry["correct"])
+        assert 0.6 * max(lengths) <= right <= 1.25 * max(lengths), (lang, right, lengths)
+
+
 @pytest.mark.parametrize("question_id", QUESTION_IDS)
 def test_right_and_wrong_answers(question_id):
     entry = quiz_entry(question_id)

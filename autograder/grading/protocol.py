@@ -38,12 +38,13 @@ def send(sock: socket.socket, header: dict, tensors=()) -> None:
     """Send ``header`` and, for each of ``tensors`` (on any device), the bytes its view
     reaches, from its first element to its last: a strided view keeps its gaps."""
     metas, blobs = [], []
+    base = torch._C.TensorBase  # its methods, which no Python code can replace (the sender may run a student's)
     for t in tensors:
-        span = 1 + sum((n - 1) * step for n, step in zip(t.shape, t.stride())) if t.numel() else 0
-        reached = t.as_strided((span,), (1,), t.storage_offset()).contiguous()
+        span = 1 + sum((n - 1) * step for n, step in zip(t.shape, base.stride(t))) if base.numel(t) else 0
+        reached = base.contiguous(base.as_strided(t, (span,), (1,), base.storage_offset(t)))
         metas.append({"dtype": str(t.dtype).removeprefix("torch."), "size": list(t.shape),
-                      "stride": list(t.stride()), "offset": 0, "nbytes": span * t.element_size()})
-        blobs.append(memoryview(reached.view(torch.uint8).cpu().numpy()) if span else b"")
+                      "stride": list(base.stride(t)), "offset": 0, "nbytes": span * base.element_size(t)})
+        blobs.append(memoryview(base.numpy(base.cpu(base.view(reached, torch.uint8)))) if span else b"")
     body = json.dumps(dict(header, tensors=metas)).encode()
     sock.sendall(len(body).to_bytes(4, "big") + body)
     for blob in blobs:

@@ -76,6 +76,30 @@ def run_answer(path: Path) -> tuple[dict, str | None]:
         return vars(module), error
 
 
+def interference(exercise) -> dict | None:
+    """A reply saying what the student's code did around its calls that the runner cannot vouch
+    for (a library function replaced; a thread left running, which the call's watch does not
+    see), or None. Asked after the outputs are made, just before they are sent."""
+    import threading
+
+    from ..correctness import library_problem
+    if problem := library_problem(exercise):
+        return {"problem": problem, "kind": "rule"}
+    if len(sys._current_frames()) > 1 or threading.active_count() > 1:
+        return {"problem": say("`{function}` left a thread running. Grading watches the calling thread only: "
+                               "compute in your Triton kernel, launched from it.", function=exercise.function),
+                "kind": "rule"}
+    return None
+
+
+def fresh_copy(t):
+    """``t``'s elements, contiguous, through PyTorch's own methods (``TensorBase``'s, which no
+    Python code can replace), not ``torch.Tensor``'s."""
+    import torch
+
+    return torch._C.TensorBase.contiguous(torch._C.TensorBase.detach(t))
+
+
 class Server:
     """The requests a runner answers: ``call`` (one correctness case), ``prepare`` and
     ``run`` (a timed batch), ``ping``."""
@@ -106,10 +130,11 @@ class Server:
         if problem is not None:
             return {"problem": problem.message, "kind": problem.kind}, []
         if self.device != "cuda":  # the elements alone: a view sends every byte its strides span
-            return {"problem": None}, [o.detach().contiguous() for o in outs]
-        self.handed = [o.detach().contiguous() for o in outs]
+            handed = [fresh_copy(o) for o in outs]
+            return interference(self.exercise) or {"problem": None}, handed
+        self.handed = [fresh_copy(o) for o in outs]
         torch.cuda.synchronize()
-        return {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}, []
+        return interference(self.exercise) or {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}, []
 
     def prepare(self, header: dict, tensors: list):
         """Make a batch's inputs from the judge's seeds, where the timed case lives."""
@@ -140,11 +165,13 @@ class Server:
                 return {"problem": problem, "kind": "rule"}, []
         else:
             outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
-        self.outputs = [o.contiguous() if isinstance(o, torch.Tensor) else o for o in outs]
-        torch.cuda.synchronize()
-        if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in self.outputs):
+        if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in outs):
             return {"problem": say("`{function}` did not return a tensor on the GPU",
                                    function=self.exercise.function), "kind": "not_on_gpu"}, []
+        self.outputs = [fresh_copy(o) for o in outs]
+        torch.cuda.synchronize()
+        if header.get("audit") and (problem := interference(self.exercise)):  # not in the timed batches
+            return problem, []
         return {"outputs": [ipc.export(o) for o in self.outputs]}, []
 
     def ping(self, header: dict, tensors: list):

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 from concurrent.futures import Future, as_completed
@@ -233,10 +234,11 @@ def graded_as_released(notebook: dict, originals: dict) -> set[str]:
     return ok
 
 
-def locked_cell_notes(course: Path, assignment: str, student: str) -> list[str]:
-    """What the student did to locked cells, checked against what nbgrader then graded."""
+def locked_cell_notes(course: Path, assignment: str, student: str, paths: list[Path]) -> list[str]:
+    """What the student did to the locked cells of the submitted notebooks ``paths``, checked
+    against what nbgrader then graded."""
     notes = []
-    for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
+    for path in paths:
         changes = locked_cell_changes(nbformat.read(path, as_version=4).cells,
                                       released_cells(course, assignment, path.stem))
         if not changes:
@@ -259,8 +261,11 @@ def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -
         if result.problem is not None:
             grade.failing, grade.reasons = ["(whole notebook)"], [result.problem]
             return grade
-        grade.notes = locked_cell_notes(course, assignment, result.student) + review_notes(
-            sorted((course / "submitted" / result.student / assignment).glob("*.ipynb")))
+        graded = [course / "submitted" / result.student / assignment / f"{nb.name}.ipynb" for nb in submission.notebooks]
+        try:
+            grade.notes = locked_cell_notes(course, assignment, result.student, graded) + review_notes(graded)
+        except Exception as error:  # a notebook nbgrader graded may still defeat this reading: grade on
+            grade.notes = [f"review failed ({type(error).__name__}: {error}): read the notebooks by hand"]
         for nb in submission.notebooks:
             path = course / "autograded" / result.student / assignment / f"{nb.name}.ipynb"
             notebook = json.loads(path.read_text()) if path.exists() else {}
@@ -268,7 +273,14 @@ def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -
                 if g.score < g.max_score:
                     grade.failing.append(g.name)
                     grade.reasons.append(f"{g.name}: {failing_reason(notebook, g.name)}")
+    grade.reasons, grade.notes = [printable(r) for r in grade.reasons], [printable(n) for n in grade.notes]
     return grade
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): a message a student's code
+    wrote must not move the cursor of the terminal the class table is printed on."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def grade_class(course: Path, assignment: str, only: list[str] | None = None, resume: bool = False,
@@ -367,7 +379,7 @@ def table(assignment: str, grades: list[StudentGrade]) -> str:
     for g in grades:
         points = f"{g.score:g}/{g.max_score:g}" if g.max_score else "0/?"
         why = "; ".join(g.reasons + g.notes if g.reasons else ["all passed"] + g.notes)
-        lines.append(f"{g.student:<20} {points:>11}  {why}")
+        lines.append(printable(f"{g.student:<20} {points:>11}  {why}"))
     return "\n".join(lines)
 
 
