@@ -76,16 +76,15 @@ def run_answer(path: Path) -> tuple[dict, str | None]:
         return vars(module), error
 
 
-def interference(exercise) -> dict | None:
+def interference(exercise, threads_before: set[int]) -> dict | None:
     """A reply saying what the student's code did around its calls that the runner cannot vouch
-    for (a library function replaced; a thread left running, which the call's watch does not
-    see), or None. Asked after the outputs are made, just before they are sent."""
-    import threading
-
+    for (a library function replaced; a Python thread left running that was not there before the
+    answer cells ran, which the call's watch does not see), or None. Asked after the outputs are
+    made, just before they are sent."""
     from ..correctness import library_problem
     if problem := library_problem(exercise):
         return {"problem": problem, "kind": "rule"}
-    if len(sys._current_frames()) > 1 or threading.active_count() > 1:
+    if set(sys._current_frames()) - threads_before:
         return {"problem": say("`{function}` left a thread running. Grading watches the calling thread only: "
                                "compute in your Triton kernel, launched from it.", function=exercise.function),
                 "kind": "rule"}
@@ -104,8 +103,8 @@ class Server:
     """The requests a runner answers: ``call`` (one correctness case), ``prepare`` and
     ``run`` (a timed batch), ``ping``."""
 
-    def __init__(self, exercise, fn, device: str):
-        self.exercise, self.fn, self.device = exercise, fn, device
+    def __init__(self, exercise, fn, device: str, threads_before: set[int]):
+        self.exercise, self.fn, self.device, self.threads_before = exercise, fn, device, set(threads_before)
         self.earlier, self.batch, self.outputs = [], [], []
         self.handed = []
         """The last case's outputs, while the judge may still be reading them."""
@@ -131,10 +130,11 @@ class Server:
             return {"problem": problem.message, "kind": problem.kind}, []
         if self.device != "cuda":  # the elements alone: a view sends every byte its strides span
             handed = [fresh_copy(o) for o in outs]
-            return interference(self.exercise) or {"problem": None}, handed
+            return interference(self.exercise, self.threads_before) or {"problem": None}, handed
         self.handed = [fresh_copy(o) for o in outs]
         torch.cuda.synchronize()
-        return interference(self.exercise) or {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}, []
+        return (interference(self.exercise, self.threads_before)
+                or {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}), []
 
     def prepare(self, header: dict, tensors: list):
         """Make a batch's inputs from the judge's seeds, where the timed case lives."""
@@ -170,7 +170,7 @@ class Server:
                                    function=self.exercise.function), "kind": "not_on_gpu"}, []
         self.outputs = [fresh_copy(o) for o in outs]
         torch.cuda.synchronize()
-        if header.get("audit") and (problem := interference(self.exercise)):  # not in the timed batches
+        if header.get("audit") and (problem := interference(self.exercise, self.threads_before)):  # not timed
             return problem, []
         return {"outputs": [ipc.export(o) for o in self.outputs]}, []
 
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
         device.start_cuda()  # and before confining: the driver opens its files here
     if args.reference:
         protocol.send(channel, {"error": None})
-        serve(channel, Server(exercise, exercise.reference, where.device))
+        serve(channel, Server(exercise, exercise.reference, where.device, set(sys._current_frames())))
         return 0
     cache = os.environ.get("TRITON_CACHE_DIR")  # this student's own (judge.compile_cache)
     try:
@@ -233,13 +233,14 @@ def main(argv=None) -> int:
         protocol.send(channel, {"error": say("grading could not confine your code ({error}), so none of it ran: "
                                              "tell your instructor.", error=error)})
         return 0
+    threads_before = set(sys._current_frames())
     namespace, error = run_answer(args.answer)
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
         error = say("your answer cells define no function `{function}`.", function=exercise.function)
     protocol.send(channel, clipped({"error": error}))
     if error is None:
-        serve(channel, Server(exercise, fn, where.device))
+        serve(channel, Server(exercise, fn, where.device, threads_before))
     return 0
 
 
