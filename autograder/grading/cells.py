@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import nbformat
-
 
 def _field(node, key: str) -> dict:
     """``node[key]`` where both are mappings, else empty: a submitted notebook may hold anything."""
@@ -15,13 +13,14 @@ def _field(node, key: str) -> dict:
 
 
 def _cells(text: str) -> list:
-    """A notebook's cells as nbgrader grades them, an older format upgraded to version 4; from an
-    invalid notebook, its JSON's cells as they are."""
-    try:
-        return nbformat.reads(text, as_version=4).get("cells", [])
-    except Exception:  # nbformat's own validation failed: nbgrader would refuse it too
-        data = json.loads(text)
-        return data.get("cells", []) if isinstance(data, dict) else []
+    """A notebook's cells as nbgrader grades them: an older format's upgraded to version 4 (by
+    nbformat, imported only then: the judge reads a notebook in every graded test)."""
+    data = json.loads(text)
+    if not (isinstance(data, dict) and data.get("nbformat") == 4):
+        import nbformat
+
+        data = nbformat.reads(text, as_version=4)
+    return data["cells"] if isinstance(data.get("cells"), list) else []
 
 
 def answer_code(notebook: Path, with_setup: bool = False) -> str:
