@@ -657,6 +657,12 @@ def install_interpreter_hooks() -> None:
             if isinstance(error, InterpreterError):
                 shorten(error)
             raise
+        except KeyboardInterrupt as stop:  # Kernel > Interrupt, during a launch that ran too long
+            raise KeyboardInterrupt("\n".join([
+                say("interrupted inside `{kernel}`, in Triton's interpreter, which runs one program after another: "
+                    "look for a loop whose bound never becomes false, or try a smaller input on the CPU.",
+                    kernel=getattr(self.fn, "__name__", "the kernel")),
+                *kernel_line(stop.__traceback__)])) from None
         finally:
             _on_access = previous
 

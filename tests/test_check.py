@@ -1,5 +1,6 @@
 """The grading engine against deliberately wrong, cheating and hanging submissions."""
 import dataclasses
+import signal
 import subprocess
 import sys
 import time
@@ -107,6 +108,28 @@ def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
     result = check(VECTOR_ADD, cheat, measure_throughput=False, verbose=False)
     assert not result.correct
     assert all(phrase in c.message for c in result.cases), result.summary()
+
+
+@triton.jit
+def _endless(out_ptr, n):
+    i = 0
+    while i < n:
+        i = i * 1
+    tl.store(out_ptr, i)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="an interpreted launch")
+def test_an_interrupted_launch_says_which_kernel_it_stopped_in():
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)  # Kernel > Interrupt, in 0.5 s
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt) as stop:
+            _endless[(1,)](torch.zeros(1, dtype=torch.int32), 5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    said = str(stop.value).splitlines()
+    assert said[0].startswith("interrupted inside `_endless`, in Triton's interpreter") and "_endless, line" in said[1]
 
 
 def test_a_library_function_replaced_fails_every_case(monkeypatch):
