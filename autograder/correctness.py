@@ -245,10 +245,10 @@ def _reference(exercise: Exercise, inputs) -> tuple:
 
 
 def library_problem(exercise: Exercise) -> str | None:
-    """Why PyTorch, NumPy or Triton are no longer as installed (a function of theirs replaced), or None."""
+    """Why PyTorch is no longer as installed (:func:`~autograder.guards.replaced_functions`), or None."""
     if replaced := replaced_functions():
-        return say("`{function}` replaced {names}. Grading runs PyTorch, NumPy and Triton as they are installed: "
-                   "leave their functions alone, and compute in your Triton kernel.",
+        return say("`{function}` replaced {names}. Grading runs PyTorch as it is installed: leave its functions "
+                   "alone, and compute in your Triton kernel.",
                    function=exercise.function, names=", ".join(replaced[:5]))
     return None
 

@@ -225,6 +225,15 @@ def test_reaching_around_the_rules_is_named_for_review(tmp_path, code, named, ve
     assert named in note, note
 
 
+def test_a_kernels_default_constexpr_is_not_a_library_function_replaced(tmp_path):
+    import nbformat
+    from autograder.instructor.review import review_notes
+    answer = nbformat.v4.new_code_cell("@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr = 1024):\n    pass\n")
+    answer.metadata["nbgrader"] = {"grade_id": "add", "solution": True}
+    nbformat.write(nbformat.v4.new_notebook(cells=[answer]), tmp_path / "a.ipynb")
+    assert review_notes([tmp_path / "a.ipynb"]) == []
+
+
 def test_review_reads_a_notebook_whose_metadata_is_not_what_nbgrader_writes(tmp_path):
     from autograder.instructor.review import review_notes
     odd = {"cells": [{"cell_type": "code", "id": "a", "metadata": {"nbgrader": ["solution"]}, "source": "import ctypes",

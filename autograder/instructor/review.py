@@ -21,7 +21,7 @@ REACHES = (
      "processes, threads, signals or sockets"),
     (r"\b(exec|eval|compile|__import__|getattr|setattr|globals|vars)\s*\(|\bimportlib\b|\bbuiltins\b"
      r"|__builtins__", "code or names built at run time"),
-    (r"\b(torch|triton|tl|np|numpy|F)(\.\w+)+\s*=(?!=)", "a library's function replaced"),
+    (r"(?m)^\s*(torch|triton|tl|np|numpy|F)(\.\w+)+\s*=(?!=)", "a library's function replaced"),  # a statement
     (r"__del__|\bweakref\b|\batexit\b|\bgc\.callbacks|addaudithook", "code that runs after a call returns"),
     (r"sys\.(argv|modules|_getframe|settrace|setprofile|exc_info)|/proc/|\bgc\.|\binspect\b|__code__|__globals__"
      r"|__traceback__|\btb_frame\b|\bf_back\b|\bf_locals\b|\bf_globals\b",
