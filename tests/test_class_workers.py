@@ -100,6 +100,26 @@ def test_a_student_past_the_time_limit_is_stopped_with_their_nbgrader_and_the_ne
     grade_workers.close_services()
 
 
+def test_a_student_whose_nbgrader_died_is_graded_again_by_a_fresh_one(one_worker, submitted, tmp_path, monkeypatch):
+    """As when two kernels started at once and one died: the student is graded, not failed."""
+    class DiesFirst(grade_workers.Service):
+        deaths = []
+
+        def grade(self, *args, **kwargs):
+            if not DiesFirst.deaths:
+                DiesFirst.deaths.append(self.process.pid)
+                grade_workers.kill_tree(self.process.pid)
+            return super().grade(*args, **kwargs)
+
+    monkeypatch.setattr(grade_workers, "Service", DiesFirst)
+    job = grade_workers.make_job(submitted, PS1, "bob", grade_workers.snapshot(submitted / "gradebook.db"))
+    result = grade_workers.run_job(job, tmp_path)
+    grade_workers.close_services()
+    assert len(DiesFirst.deaths) == 1 and result.problem is None and result.retried, result.log
+    assert result.scores["notebooks"][PS1]["grades"] == cell_scores(one_worker[0], PS1, "bob")
+    assert "--- attempt 1 of 2 ---" in result.log and "--- attempt 2 of 2 ---" in result.log
+
+
 def test_the_kernel_runs_its_exit_functions_before_it_is_killed(submitted, tmp_path, monkeypatch):
     """The judge's compile cache and its runners' folders are gone once a student is graded,
     though nbgrader's kernel is killed rather than left to shut itself down (seen in the
@@ -127,6 +147,11 @@ def test_two_workers_grade_exactly_as_one_in_at_most_three_quarters_of_the_time(
     assert outcome(serial)["bob"][0]["test_correctness"] not in (0, 4)  # the class has partial credit too
     assert parallel_s <= 0.75 * serial_s, f"2 workers took {parallel_s:.1f} s, 1 worker {serial_s:.1f} s"
     assert not any((course / RESULTS_FOLDER / "work").iterdir())
+
+
+def logs(course: Path) -> str:
+    """What nbgrader printed for the students it failed or graded at a second attempt."""
+    return "\n".join(f"{path.name}:\n{path.read_text()[-3000:]}" for path in (course / RESULTS_FOLDER).glob("logs/*/*.log"))
 
 
 def running_in(course: Path) -> list[str]:
@@ -160,7 +185,7 @@ def test_a_class_stopped_mid_run_keeps_its_finished_students_leaves_nothing_runn
     assert run.returncode == 130, out + err
     finished = set(json.loads(results.read_text()))
     assert finished and finished < set(STUDENTS) and "--resume" in err
-    assert outcome(course, finished) == outcome(serial, finished)
+    assert outcome(course, finished) == outcome(serial, finished), logs(course)
     for student in set(STUDENTS) - finished:  # never half-written: nothing of theirs in the gradebook
         with pytest.raises(MissingEntry):
             cell_scores(course, PS1, student)

@@ -103,6 +103,70 @@ def test_a_student_who_could_not_be_graded_makes_the_run_fail_and_keeps_no_earli
         assert all(g.needs_manual_grade for g in gb.find_submission_notebook(PS1, PS1, "cy").grades)
 
 
+@pytest.mark.parametrize("first, stopped, attempts", [
+    ("NbGraderException: the kernel died", False, 2),  # nbgrader's own failure: a fresh one tries again
+    ("grading took longer than 5 s and was stopped", False, 1),  # too slow: once is enough
+    ("nbgrader's process ended", True, 1),  # a Ctrl-C killed it: no second attempt
+])
+def test_a_student_nbgrader_failed_is_graded_once_more_unless_too_slow_or_stopped(monkeypatch, first, stopped,
+                                                                                  attempts):
+    tries = []
+
+    def attempt(job, workdir, env, timeout_s, stops):
+        tries.append(job.student)
+        if len(tries) == 1:
+            if stopped:
+                monkeypatch.setattr(grade_workers, "_stops", grade_workers._stops + 1)
+            return grade_workers.Result(job.student, first, log="first words"), "longer than" in first
+        return grade_workers.Result(job.student, None, log="second words"), False
+
+    monkeypatch.setattr(grade_workers, "_attempt", attempt)
+    result = grade_workers.run_job(grade_workers.Job(PS1, "ada", {}), None)
+    assert len(tries) == attempts and "first words" in result.log
+    if attempts == 2:
+        assert result.problem is None and result.retried == first and "second words" in result.log
+    else:
+        assert result.problem == first and result.retried is None
+
+
+def test_a_worker_taking_a_student_after_a_stop_leaves_nothing_running(monkeypatch):
+    """A worker that takes its next student (or a second attempt) just as a Ctrl-C kills the
+    busy services must not start one the stop missed."""
+    events = []
+
+    class Service:
+        def __init__(self, env):
+            events.append("started")
+
+        def stop(self):
+            events.append("stopped")
+
+    monkeypatch.setattr(grade_workers, "Service", Service)
+    stops = grade_workers._stops
+    grade_workers.stop_all()
+    with pytest.raises(grade_workers.Stopped):
+        grade_workers._take_service({"CUDA_VISIBLE_DEVICES": "7"}, stops)
+    assert events == ["started", "stopped"] and not grade_workers._busy
+
+
+def test_a_student_graded_at_the_second_attempt_is_noted_with_the_first_failure(course, graded, monkeypatch,
+                                                                                capsys):
+    stub = grade_workers.run_job
+
+    def flaky(job, workdir, env=None):
+        result = stub(job, workdir, env)
+        result.retried = "DeadKernelError: Kernel died" if job.student == "bob" else None
+        return result
+
+    monkeypatch.setattr(grade_workers, "run_job", flaky)
+    assert gc.main([PS1, "--course", str(course)]) == 0
+    bob = gc.saved(course, PS1)["bob"]
+    assert bob.graded and cell_scores(course, PS1, "bob") == SCORES
+    assert bob.notes == [f"graded at the second attempt: nbgrader failed the first (DeadKernelError: Kernel died; "
+                         f"its output: grades/logs/{PS1}/bob.log)"]
+    assert (course / "grades" / "logs" / PS1 / "bob.log").exists() and not gc.saved(course, PS1)["ada"].notes
+
+
 def test_an_unreadable_notebook_is_not_sent_to_a_worker(course, graded, capsys):
     calls, _ = graded
     (course / "submitted" / "cy" / PS1 / f"{PS1}.ipynb").write_text('{"cells": [ not JSON')

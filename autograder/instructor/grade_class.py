@@ -328,6 +328,10 @@ def grade_class(course: Path, assignment: str, only: list[str] | None = None, re
                     grade.notebook = digests[result.student]
                     if result.problem is not None:
                         grade.reasons[0] += f" (nbgrader's output: {_save_log(course, assignment, result)})"
+                    elif result.retried is not None:
+                        grade.notes.append(printable(f"graded at the second attempt: nbgrader failed the first "
+                                                     f"({result.retried}; its output: "
+                                                     f"{_save_log(course, assignment, result)})"))
                     results[result.student] = grade
                     save(course, assignment, results)
                     _close_course(course)

@@ -70,6 +70,8 @@ class Result:
     seeds: dict[str, int] = field(default_factory=dict)
     """The seed of each graded test's inputs, by its cases (``visible``, ``hidden``): the judge's
     record (:data:`~autograder.settings.GRADING_RECORD`), never shown to the student."""
+    retried: str | None = None
+    """Why nbgrader failed the first time, when this result is a later attempt's."""
 
 
 def visible_gpus() -> list[str]:
@@ -169,8 +171,10 @@ class Service:
         return answer, printed
 
     def stop(self) -> None:
-        """Kill it, its kernel and every runner below."""
-        kill_tree(self.process.pid)
+        """Kill it, its kernel and every runner below (once ended and reaped, its number may
+        be another process's)."""
+        if self.process.poll() is None:
+            kill_tree(self.process.pid)
         self.process.wait()
         self._release()
 
@@ -197,8 +201,13 @@ _busy: set[Service] = set()
 _lock = threading.Lock()
 
 
-def _take_service(env: dict[str, str]) -> Service:
-    """An idle service started with ``env``, or a new one."""
+class Stopped(Exception):
+    """The run was stopped (:func:`stop_all`) before this student's grading began."""
+
+
+def _take_service(env: dict[str, str], stops: int) -> Service:
+    """An idle service started with ``env``, or a new one; :class:`Stopped` if :func:`stop_all`
+    has run since its caller saw ``stops`` of them."""
     with _lock:
         idle = _idle.get(tuple(sorted(env.items())), [])
         service = idle.pop() if idle else None
@@ -207,44 +216,73 @@ def _take_service(env: dict[str, str]) -> Service:
         service = None
     service = service or Service(env)
     with _lock:
-        _busy.add(service)
+        stopped = _stops != stops
+        if not stopped:
+            _busy.add(service)
+    if stopped:
+        service.stop()
+        raise Stopped
     return service
 
 
-def _give_back(service: Service, env: dict[str, str]) -> None:
+def _give_back(service: Service, env: dict[str, str], keep: bool) -> None:
     with _lock:
         _busy.discard(service)
-        keep = service.process.poll() is None and service.graded < JOBS_PER_SERVICE
+        keep = keep and service.process.poll() is None and service.graded < JOBS_PER_SERVICE
         if keep:
             _idle.setdefault(tuple(sorted(env.items())), []).append(service)
     if not keep:
         service.close()
 
 
+ATTEMPTS = 2
+"""A student whose nbgrader failed on its own (its kernel died, its process ended: nothing of
+a verdict, which the judge gives inside a test cell) is graded once more by a fresh nbgrader;
+one past the time limit is not."""
+
+
 def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
             timeout_s: float = STUDENT_TIMEOUT_S) -> Result:
     """Grade ``job`` with nbgrader (``autograde --create --force``) in a new course folder under
     ``workdir``, by one of this process's services started with ``env`` (the worker's
-    environment, added to this process's): an idle one, or a new one. The student's grading
-    has a temporary folder of its own (``TMPDIR``: the judge's compile cache, the runners'
-    folders); both folders are removed afterwards, even when grading was stopped mid-way."""
-    env = env or {}
+    environment, added to this process's): an idle one, or a new one; :data:`ATTEMPTS` times
+    at most while nbgrader itself fails, each in a fresh folder and the next with a new service.
+    The log keeps every attempt's output. A run stopped meanwhile (:func:`stop_all`) starts no
+    further attempt."""
+    logs, problems, stops = [], [], _stops
+    for attempt in range(1, ATTEMPTS + 1):
+        result, timed_out = _attempt(job, workdir, env or {}, timeout_s, stops)
+        logs.append(f"--- attempt {attempt} of {ATTEMPTS} ---\n{result.log}")
+        problems.append(result.problem)
+        if result.problem is None or timed_out or _stops != stops:  # graded, too slow, or the run was stopped
+            break
+    result.log = "\n".join(logs)[-KEPT_LOG_CHARS:]
+    result.retried = problems[0] if len(problems) > 1 else None
+    return result
+
+
+def _attempt(job: Job, workdir: Path, env: dict[str, str], timeout_s: float, stops: int) -> tuple[Result, bool]:
+    """One grading of ``job`` and whether it ran out of time. The student's grading has a
+    temporary folder of its own (``TMPDIR``: the judge's compile cache, the runners' folders);
+    both folders are removed afterwards, even when grading was stopped mid-way. A service whose
+    student nbgrader failed is not used again."""
     root = workdir / f"{job.assignment}-{job.student}"
     shutil.rmtree(root, ignore_errors=True)
     scratch = Path(tempfile.mkdtemp(prefix="student-", dir=env.get("TMPDIR")))
     scratch.chmod(0o711)  # a grading user reaches its runners' folders inside, and lists nothing
-    service = None
+    service, problem = None, "not graded"
     try:
         for name, content in job.files.items():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(content)
         record = root / "grading-record.jsonl"
         start = time.monotonic()
-        service = _take_service(env)
+        service = _take_service(env, stops)
         answer, printed = service.grade(root, job, {settings.GRADING_RECORD.name: str(record), "TMPDIR": str(scratch)},
                                         timeout_s)
+        timed_out = answer is None and time.monotonic() - start >= timeout_s
         if answer is None:
-            problem = (f"grading took longer than {timeout_s:g} s and was stopped" if time.monotonic() - start >= timeout_s
+            problem = (f"grading took longer than {timeout_s:g} s and was stopped" if timed_out
                        else _last_error(printed or "nbgrader's process ended"))
         else:
             problem = None if answer.get("success") else _last_error(answer.get("log", "") + answer.get("error", ""))
@@ -254,10 +292,10 @@ def run_job(job: Job, workdir: Path, env: dict[str, str] | None = None,
                       {str(p.relative_to(graded)): (p.stat().st_mode & 0o777, p.read_bytes())
                        for p in sorted(graded.rglob("*")) if p.is_file()},
                       (answer or {}).get("seconds", time.monotonic() - start), output[-KEPT_LOG_CHARS:],
-                      recorded_seeds(record))
+                      recorded_seeds(record)), timed_out
     finally:
         if service is not None:
-            _give_back(service, env)
+            _give_back(service, env, keep=problem is None)
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -296,9 +334,15 @@ def kill_tree(pid: int) -> None:
                 pass
 
 
+_stops = 0
+"""How many times :func:`stop_all` ran in this process: a grading that sees it change stops."""
+
+
 def stop_all() -> None:
     """Kill every grading this process has running, and its idle services (after a Ctrl-C)."""
+    global _stops
     with _lock:
+        _stops += 1
         busy, idle = list(_busy), [service for services in _idle.values() for service in services]
         _idle.clear()
     for service in busy:
