@@ -108,6 +108,12 @@ def copy_bandwidth_gbps(nbytes: int = 2**30) -> float:
 _matmul_rate: dict[torch.dtype, float] = {}
 
 
+def matmul_op(dtype: torch.dtype) -> str:
+    """The PyTorch matmul :func:`matmul_tflops` times in ``dtype``: ``torch._scaled_mm`` for an
+    FP8 format (one byte an element; ``torch.matmul`` takes none), else ``torch.matmul``."""
+    return "torch._scaled_mm" if dtype.itemsize == 1 else "torch.matmul"
+
+
 def matmul_tflops(dtype: torch.dtype, n: int = 8192) -> float:
     """The device's measured matmul rate at n×n×n in ``dtype``, once per process and dtype.
 
@@ -116,7 +122,7 @@ def matmul_tflops(dtype: torch.dtype, n: int = 8192) -> float:
     """
     if dtype not in _matmul_rate:
         a, b = (torch.randn(n, n, device="cuda").to(dtype) for _ in range(2))
-        if dtype.itemsize == 1:
+        if matmul_op(dtype) == "torch._scaled_mm":
             one = torch.ones((), device="cuda")
             call = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float16)  # noqa: E731
         else:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from .. import correctness, exercises
+from .. import correctness, exercises, timing
 from ..lesson_kernels.flash_attention import AttentionCase
 from ..spec import Case, Exercise
 
@@ -153,8 +153,8 @@ class Sweep:
 
 
 def matmul_ceiling_name(dtype: torch.dtype) -> str:
-    """The matmul whose rate is the ceiling in ``dtype`` (``timing.matmul_tflops``): FP8 has ``torch._scaled_mm``."""
-    return f"{'torch._scaled_mm' if dtype.itemsize == 1 else 'torch.matmul'} {dtype_name(dtype)}"
+    """The matmul whose rate is the ceiling in ``dtype`` (``timing.matmul_tflops``), and the dtype."""
+    return f"{timing.matmul_op(dtype)} {dtype_name(dtype)}"
 
 
 def dtype_name(dtype: torch.dtype) -> str:
