@@ -175,21 +175,46 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
     try:
         with time_limit(exercise.time_limit_s, what), gpu_dot_precision(tf32), \
                 watch(exercise.allowed_ops, zones, all_threads) as record:
-            outs = exercise.call(fn, given)
+            made = exercise.call(fn, given)
             if device == "cuda":
                 torch.cuda.synchronize()
+            # Still watched: past here no code of the student's may run. A tensor subclass would
+            # run its own methods in the checks below, and the outputs are copied now.
+            foreign = _subclassed(exercise, given, made)
+            with record.graders_own():
+                outs = made if foreign else tuple(_copy(out) for out in made)
     except Exception as error:  # the student's code: every failure becomes a message
         return None, explain_exception(exercise, error)
-    if problem := integrity_problem(exercise, record) or library_problem(exercise):
+    if problem := foreign or integrity_problem(exercise, record) or library_problem(exercise):
         return None, Problem(problem, "rule")
     if zones is not None and (damage := zones.damage()):
         return None, Problem(damage, "out_of_bounds")
     if problem := (_changed_inputs(before, _tensors(given))
                    or next(filter(None, (_not_a_fresh_tensor(exercise, name, out, given, earlier)
-                                         for name, out in zip(exercise.outputs, outs))), None)):
+                                         for name, out in zip(exercise.outputs, made))), None)):
         return None, Problem(problem, "rule")
-    earlier.extend(outs)
+    earlier.extend(made)
     return outs, None
+
+
+def _subclassed(exercise: Exercise, given: tuple, made: tuple) -> str | None:
+    """Which input or output is an instance of a subclass of ``torch.Tensor`` (``type()``, which
+    no class can fake, not ``isinstance``), or None: its class's methods would run the
+    student's code wherever the grader touches it."""
+    for i, t in enumerate(given):
+        if type(t) is not torch.Tensor and isinstance(t, torch.Tensor):
+            return say("`{function}` changed the class of input {i} to {type}: leave the inputs plain torch.Tensor objects.",
+                       function=exercise.function, i=i, type=type(t).__name__)
+    for name, t in zip(exercise.outputs, made):
+        if type(t) is not torch.Tensor and isinstance(t, torch.Tensor):
+            return say("`{function}` returned {name} as an object of class {type}: return plain torch.Tensor objects.",
+                       function=exercise.function, name=name, type=type(t).__name__)
+    return None
+
+
+def _copy(out):
+    """The grader's own copy of an output (a plain tensor; anything else as it is)."""
+    return torch._C.TensorBase.clone(out) if type(out) is torch.Tensor else out
 
 
 def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem | None:
@@ -285,9 +310,15 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
 
 
 def _changed_inputs(before, after) -> str | None:
-    for i, (a, b) in enumerate(zip(before, after)):
-        if a.shape != b.shape or not bool(((a == b) | (a.isnan() & b.isnan())).all()):
-            return say("input {i} was changed by the call: write results to a new tensor, not into the inputs.", i=i)
+    """Through ``TensorBase``'s own methods, with no subclass's ``__torch_function__``."""
+    base = torch._C.TensorBase
+    with torch._C.DisableTorchFunctionSubclass():
+        for i, (a, b) in enumerate(zip(before, after)):
+            same = base.__or__(base.eq(a, b), base.__and__(base.isnan(a), base.isnan(b))) if base.size(a) == base.size(
+                b) else None
+            if same is None or not bool(base.all(same)):
+                return say("input {i} was changed by the call: write results to a new tensor, not into the inputs.",
+                           i=i)
     return None
 
 

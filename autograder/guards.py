@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import signal
 import _thread
 import os
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -111,6 +113,9 @@ class CallRecord:
     a copy from the GPU to the CPU."""
     threads: list[str] = field(default_factory=list)
     """Threads started during the call, or other threads that ran while it did."""
+    graders_own: Callable[[], contextlib.AbstractContextManager] = field(default=contextlib.nullcontext, repr=False,
+                                                                       compare=False)
+    """A block in which the grader's own PyTorch ops go unrecorded (its copies of the outputs)."""
 
 
 ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
@@ -126,13 +131,24 @@ done on the host, element by element."""
 
 
 class _OpRecorder(TorchDispatchMode):
-    def __init__(self, record: CallRecord, allowed: frozenset[str], zones: GuardZones | None):
+    def __init__(self, record: CallRecord, allowed: frozenset[str], zones: GuardZones | None, fill: bool):
         super().__init__()
-        self.record, self.allowed, self.zones = record, allowed, zones
+        self.record, self.allowed, self.zones, self.fill = record, allowed, zones, fill
         self.scalar_reads = 0
         self.launching = 0
-        """Kernel launches under way: the interpreter copies their arguments in and out with
-        PyTorch (copy_), which are not the wrapper's; any other op there still counts."""
+        """The interpreter copying a launch's arguments to the host and back (copy_, set_):
+        Triton's data movement, not the wrapper's. The kernel's body and the grid's function
+        run outside it, watched like the wrapper."""
+        self.exempt = 0
+        """The grader's own copies of a call's outputs, made before the watch ends."""
+
+    @contextlib.contextmanager
+    def exempting(self):
+        self.exempt += 1
+        try:
+            yield
+        finally:
+            self.exempt -= 1
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -145,6 +161,8 @@ class _OpRecorder(TorchDispatchMode):
         # PyTorch's own ops by name; an op from any other namespace (torch.library's, whose
         # Python body would run unseen below this mode) always counts, whatever its name.
         name = func.overloadpacket.__name__ if func.namespace == "aten" else None
+        if self.exempt:
+            return func(*args, **(kwargs or {}))
         if name not in self.allowed and not (self.launching and name in DATA_MOVEMENT_OPS):
             self.record.torch_ops.append(str(func))
         if name == "_local_scalar_dense" and not self.launching:
@@ -157,7 +175,7 @@ class _OpRecorder(TorchDispatchMode):
                 isinstance(a, torch.Tensor) and a.is_cuda for a in args):
             self.record.host.append(say("a copy from the GPU to the CPU ({op})", op=func))
         if name in ALLOCATING_OPS and isinstance(out, torch.Tensor):
-            if name in _UNINITIALISED:  # never-written elements then read NaN, not a stale answer
+            if name in _UNINITIALISED and self.fill:  # never-written elements then read NaN, not a stale answer
                 out.fill_(float("nan") if out.is_floating_point() else -1)
             if self.zones is not None and out.is_cuda:
                 out = self.zones.place(out, say("the tensor your function made with torch.{op}", op=name))
@@ -218,47 +236,62 @@ def _kernel_classes():
     return classes
 
 
+def _marshalling_methods() -> list[tuple[type, str]]:
+    """The interpreter's methods that copy a launch's arguments to the host and back."""
+    with contextlib.suppress(ImportError):
+        from triton.runtime.interpreter import GridExecutor
+        return [(GridExecutor, name) for name in ("_init_args_hst", "_restore_args_dev") if hasattr(GridExecutor, name)]
+    return []
+
+
 @contextlib.contextmanager
 def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | None = None,
-          all_threads: bool = False):
+          all_threads: bool = False, fill: bool = True):
     """Record, inside the ``with`` block, the kernel launches, the computing PyTorch ops, data
-    handed to the host's arithmetic and threads started; fill fresh ``torch.empty`` tensors with
-    NaN and, given ``zones``, place the GPU tensors made in the block in them. ``all_threads``:
+    handed to the host's arithmetic and threads started; with ``fill``, fill fresh ``torch.empty``
+    tensors with NaN; given ``zones``, place the GPU tensors made in the block in them. ``all_threads``:
     also count every other thread that uses CPU meanwhile (a grading runner has none of its own;
     a Jupyter kernel has several, so a notebook's self-check leaves this off).
 
     The launch counter wraps ``run`` of Triton's kernel classes rather than using
     ``triton.knobs.runtime.launch_enter_hook``: that hook is absent before Triton 3.4
-    and never fires in the interpreter. PyTorch's dispatch modes see only the thread that
-    entered them, so threads are watched apart: any started in the block, and the CPU time
-    of those already running.
+    and never fires in the interpreter. Only the interpreter's copies of a launch's arguments
+    are Triton's own work; a grid's function and an interpreted kernel's body are watched like
+    the wrapper. PyTorch's dispatch modes see only the thread that entered them, so threads are
+    watched apart: any started in the block, and the CPU time of those already running.
     """
     record = CallRecord()
-    originals = {cls: cls.run for cls in _kernel_classes()}
-
-    recorder = _OpRecorder(record, allowed_ops, zones)
+    recorder = _OpRecorder(record, allowed_ops, zones, fill)
+    record.graders_own = recorder.exempting
 
     def counting(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
                 record.launches.append(getattr(self, "__name__", "kernel"))
-            recorder.launching += 1
-            try:
-                return original(self, *args, grid=grid, warmup=warmup, **kwargs)
-            finally:
-                recorder.launching -= 1
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         return run
 
-    for cls, original in originals.items():
-        cls.run = counting(original)
+    def marshalling(original):
+        def method(*args, **kwargs):
+            recorder.launching += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                recorder.launching -= 1
+        return method
+
+    originals = [(cls, "run", cls.run, counting) for cls in _kernel_classes()]
+    originals += [(cls, name, getattr(cls, name), marshalling) for cls, name in _marshalling_methods()]
+    for cls, name, original, wrap in originals:
+        setattr(cls, name, wrap(original))
     patched = _patch_host_and_threads(record)
     busy = _other_threads_cpu_ns() if all_threads else None
     try:
         with recorder:
             yield record
     finally:
-        for cls, original in originals.items():
-            cls.run = original
+        for cls, name, original, _ in originals:
+            setattr(cls, name, original)
         for owner, name, original, own in patched:  # an inherited method is inherited again
             setattr(owner, name, original) if own else delattr(owner, name)
         if busy is not None:
@@ -271,15 +304,19 @@ an idle thread uses none; taking a job from a queue and launching one PyTorch op
 
 
 def _patch_host_and_threads(record: CallRecord) -> list[tuple]:
-    """Make ``Tensor.numpy``/``tolist``/``__array__``/``__dlpack__`` and thread starts leave a note in ``record``."""
+    """Make ``Tensor.numpy``/``tolist``/``__array__``/``__dlpack__``, pickling a tensor
+    (``torch.save``), reading a storage's bytes in Python, and thread starts leave a note in ``record``."""
     def noting(original, note, target):
         def wrapper(*args, **kwargs):
-            target.append(note)
+            if note not in target:  # once: a storage's bytes may be read one by one
+                target.append(note)
             return original(*args, **kwargs)
         return wrapper
 
     replaced = [(torch.Tensor, name, f"Tensor.{name}()", record.host)
-                for name in ("numpy", "tolist", "__array__", "__dlpack__")]
+                for name in ("numpy", "tolist", "__array__", "__dlpack__", "__reduce_ex__")]
+    replaced += [(torch.UntypedStorage, name, f"UntypedStorage.{name}()", record.host)
+                 for name in ("__getitem__", "tolist", "_write_file")]
     replaced += [(owner, name, say("a thread started during the call"), record.threads)  # 3.12 renamed one
                  for owner, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
                                      (threading, "_start_new_thread"), (threading, "_start_joinable_thread"))]
@@ -329,6 +366,37 @@ def replaced_functions() -> list[str]:
     """The names of :func:`_watched` replaced, or added to ``torch.Tensor``, since the course was
     imported, e.g. ``['torch.Tensor.detach']``."""
     return [name for name, value in _watched().items() if _INSTALLED.get(name) is not value]
+
+
+_audit_hooks_added = 0
+
+
+def _count_audit_hooks(event: str, args) -> None:
+    global _audit_hooks_added
+    if event == "sys.addaudithook":
+        _audit_hooks_added += 1
+
+
+def count_audit_hooks() -> None:
+    """From now on, count the audit hooks added (a process's own hook is never removed)."""
+    sys.addaudithook(_count_audit_hooks)
+
+
+def later_code() -> dict[str, object]:
+    """What Python would run outside any call's watch, by name: trace and profile functions,
+    signal handlers and interval timers, the garbage collector's callbacks, audit hooks added
+    since :func:`count_audit_hooks`. A grading runner compares it before the student's cells
+    run and after each call."""
+    state = {"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
+             "threading.settrace": getattr(threading, "gettrace", lambda: None)(),
+             "threading.setprofile": getattr(threading, "getprofile", lambda: None)(),
+             "gc.callbacks": tuple(gc.callbacks), "sys.addaudithook": _audit_hooks_added}
+    for number in signal.valid_signals():
+        with contextlib.suppress(ValueError, OSError):
+            state[f"signal.signal({signal.Signals(number).name})"] = signal.getsignal(number)
+    for timer in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"):
+        state[f"signal.setitimer({timer})"] = signal.getitimer(getattr(signal, timer)) != (0.0, 0.0)
+    return state
 
 
 @contextlib.contextmanager

@@ -274,7 +274,10 @@ def test_every_reference_answer_reads_as_nothing_to_review():
     ("a = np.from_dlpack(x)\n    b = bytes(y.untyped_storage())", "from_dlpack, untyped_storage (memory by address)"),
     ("@torch.library.custom_op('me::clone', mutates_args=())", "custom_op, torch.library (PyTorch's dispatch"),
     ("e.__traceback__.tb_frame.f_back.f_locals", "__traceback__, f_back, f_locals, tb_frame (the process's internals)"),
-    ("torch.Tensor.detach = lambda t: t", "torch.Tensor.detach = (a library's function replaced)"),
+    ("torch.Tensor.detach = lambda t: t", "torch.Tensor.detach = (a library's function replaced or removed)"),
+    ("del torch.Tensor.__slotnames__", "del torch.Tensor.__slotnames__ (a library's function replaced or removed)"),
+    ("logits.__class__ = Later", ".__class__ = (an object's class changed)"),
+    ("torch.save(x, buffer)", "torch.save (a tensor's bytes serialised)"),
     ("__builtins__['len'] = None", "__builtins__ (code or names built at run time)"),
     ("weakref.finalize(x, print)", "weakref (code that runs after a call returns)"),
 ])

@@ -428,9 +428,69 @@ threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
 '''
 
 
-@pytest.mark.parametrize("answer, words", [(FILLED_AFTER_THE_CALL, "`add` replaced torch.Tensor.detach."),
-                                           (THREAD_LEFT_RUNNING, "`add` left a thread running.")],
-                         ids=["library function replaced", "thread left running"])
+CLASS_CHANGED = ZEROS + '''
+_pending = []
+
+
+class _Later(torch.Tensor):
+    def __eq__(self, other):  # the grader compares the inputs, once the call's watch has ended
+        while _pending:
+            x, y, out = _pending.pop()
+            x.__class__ = torch.Tensor
+            out.copy_(x + y)
+        return torch.Tensor.__eq__(self, other)
+
+    __hash__ = torch.Tensor.__hash__
+
+
+def add(x, y, _zeros=add):
+    out = _zeros(x, y)
+    _pending.append((x, y, out))
+    x.__class__ = _Later
+    return out
+'''
+SUMS_IN_THE_GRID = '''
+@triton.jit
+def nothing_kernel(out_ptr, BLOCK: tl.constexpr):
+    pass
+
+
+def add(x, y):
+    out = torch.empty(torch.broadcast_shapes(x.shape, y.shape), dtype=x.dtype, device=x.device)
+
+    def grid(meta):  # Python's arithmetic, value by value, while Triton launches
+        xs, ys = x.expand(out.shape), y.expand(out.shape)
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = float(xs[i, j]) + float(ys[i, j])
+        return (1,)
+
+    nothing_kernel[grid](out, BLOCK=16)
+    return out
+'''
+PROFILER_LEFT = ZEROS + '''
+import sys
+sys.setprofile(lambda frame, event, arg: None)  # would run on every call the grader makes
+'''
+PICKLED = ZEROS + '''
+import io
+
+
+def add(x, y, _zeros=add):
+    torch.save((x, y), io.BytesIO())  # every byte, with no PyTorch op
+    return _zeros(x, y)
+'''
+
+
+@pytest.mark.parametrize("answer, words", [
+    (FILLED_AFTER_THE_CALL, "`add` replaced torch.Tensor.detach."),
+    (THREAD_LEFT_RUNNING, "`add` left a thread running."),
+    (CLASS_CHANGED, "`add` changed the class of input 0 to _Later"),
+    (SUMS_IN_THE_GRID, "`add` copied data with PyTorch (aten.copy_.default"),  # and read 11,550 values one by one
+    (PROFILER_LEFT, "`add` left code set to run later (sys.setprofile)."),
+    (PICKLED, "`add` took data out of PyTorch for the host to compute with (Tensor.__reduce_ex__())."),
+], ids=["library function replaced", "thread left running", "class changed", "sums in the grid's function",
+        "profiler left", "pickled"])
 def test_what_runs_around_the_call_breaks_the_rules(graded_here, answer, words):
     write_notebook(graded_here, answer)
     result = isolated()
@@ -879,6 +939,13 @@ torch.cuda.Stream.synchronize = lambda self: None
 def add(x, y, _add=add):
     with torch.cuda.stream(_side):
         return _add(x, y)
+''',
+    "uses_pytorch_where_no_watch_is": SLOW_ADD + '''
+from triton.runtime.jit import JITFunction
+_run = JITFunction.run  # as Triton has it: a call's watch wraps it
+
+def add(x, y, _add=add):
+    return x + y if JITFunction.run is _run else _add(x, y)
 ''',
     "keeps_the_gpu_busy_for_the_baseline": SLOW_ADD + '''
 _side = torch.cuda.Stream()

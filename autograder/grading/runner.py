@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..language import say
@@ -76,18 +77,37 @@ def run_answer(path: Path) -> tuple[dict, str | None]:
         return vars(module), error
 
 
-def interference(exercise, threads_before: set[int]) -> dict | None:
+@dataclass
+class Surroundings:
+    """What runs beside a call, taken before the answer cells run: Python threads, and code
+    set to run later (:func:`~autograder.guards.later_code`)."""
+
+    threads: set[int]
+    later: dict[str, object]
+
+    @classmethod
+    def now(cls) -> Surroundings:
+        from ..guards import later_code
+        return cls(set(sys._current_frames()), later_code())
+
+
+def interference(exercise, before: Surroundings) -> dict | None:
     """A reply saying what the student's code did around its calls that the runner cannot vouch
     for (a library function replaced; a Python thread left running that was not there before the
-    answer cells ran, which the call's watch does not see), or None. Asked after the outputs are
-    made, just before they are sent."""
+    answer cells ran, which the call's watch does not see; code set to run later, where no watch
+    is), or None. Asked after the outputs are made, just before they are sent."""
     from ..correctness import library_problem
+    from ..guards import later_code
     if problem := library_problem(exercise):
         return {"problem": problem, "kind": "rule"}
-    if set(sys._current_frames()) - threads_before:
+    if set(sys._current_frames()) - before.threads:
         return {"problem": say("`{function}` left a thread running. Grading watches the calling thread only: "
                                "compute in your Triton kernel, launched from it.", function=exercise.function),
                 "kind": "rule"}
+    if changed := [name for name, value in later_code().items() if before.later.get(name) != value]:
+        return {"problem": say("`{function}` left code set to run later ({names}). Grading watches your "
+                               "function while it runs: compute in your Triton kernel, launched from it.",
+                               function=exercise.function, names=", ".join(changed[:3])), "kind": "rule"}
     return None
 
 
@@ -103,8 +123,10 @@ class Server:
     """The requests a runner answers: ``call`` (one correctness case), ``prepare`` and
     ``run`` (a timed batch), ``ping``."""
 
-    def __init__(self, exercise, fn, device: str, threads_before: set[int]):
-        self.exercise, self.fn, self.device, self.threads_before = exercise, fn, device, set(threads_before)
+    def __init__(self, exercise, fn, device: str, before: Surroundings, judged: bool = True):
+        self.exercise, self.fn, self.device, self.before = exercise, fn, device, before
+        self.judged = judged
+        """False for the PyTorch baseline, whose batches are watched only to cost what the student's do."""
         self.earlier, self.batch, self.outputs = [], [], []
         self.handed = []
         """The last case's outputs, while the judge may still be reading them."""
@@ -130,10 +152,10 @@ class Server:
             return {"problem": problem.message, "kind": problem.kind}, []
         if self.device != "cuda":  # the elements alone: a view sends every byte its strides span
             handed = [fresh_copy(o) for o in outs]
-            return interference(self.exercise, self.threads_before) or {"problem": None}, handed
+            return interference(self.exercise, self.before) or {"problem": None}, handed
         self.handed = [fresh_copy(o) for o in outs]
         torch.cuda.synchronize()
-        return (interference(self.exercise, self.threads_before)
+        return (interference(self.exercise, self.before)
                 or {"problem": None, "outputs": [ipc.export(o) for o in self.handed]}), []
 
     def prepare(self, header: dict, tensors: list):
@@ -152,25 +174,28 @@ class Server:
         by call (each call's in the order of the exercise's ``outputs``)."""
         import torch
 
+        from ..correctness import integrity_problem
         from ..guards import watch
         from . import ipc
         if header.get("again"):  # the last batch's outputs, handed over once more (the baseline's)
             return {"outputs": [ipc.export(o) for o in self.outputs]}, []
         self.outputs = []
-        if header.get("audit"):  # the course's rules, on a batch that is not timed
-            with watch(self.exercise.allowed_ops, all_threads=True) as record:
-                outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
-            from ..correctness import integrity_problem
-            if (problem := integrity_problem(self.exercise, record)) is not None:
-                return {"problem": problem, "kind": "rule"}, []
-        else:
+        # Every batch under the rules, the baseline's too (the same cost on both sides of the race):
+        # a function that could tell a watched batch from a timed one would compute with PyTorch in
+        # the timed ones. Fresh tensors are not filled with NaN here, which would add a write of
+        # each output to the time; the judge checks every call's outputs instead.
+        with watch(self.exercise.allowed_ops, all_threads=True, fill=False) as record:
             outs = [o for inputs in self.batch for o in self.exercise.call(self.fn, inputs)]
-        if not all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in outs):
+            plain = all(type(o) is torch.Tensor and o.is_cuda and o.numel() for o in outs)
+            with record.graders_own():
+                self.outputs = [fresh_copy(o) for o in outs] if plain else []
+        if self.judged and (problem := integrity_problem(self.exercise, record)) is not None:
+            return {"problem": problem, "kind": "rule"}, []
+        if not plain:
             return {"problem": say("`{function}` did not return a tensor on the GPU",
                                    function=self.exercise.function), "kind": "not_on_gpu"}, []
-        self.outputs = [fresh_copy(o) for o in outs]
         torch.cuda.synchronize()
-        if header.get("audit") and (problem := interference(self.exercise, self.threads_before)):  # not timed
+        if self.judged and (problem := interference(self.exercise, self.before)):
             return problem, []
         return {"outputs": [ipc.export(o) for o in self.outputs]}, []
 
@@ -209,7 +234,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # CPU ops on the calling thread only
 
     sandbox.limit_resources()
-    from .. import device, exercises
+    from .. import device, exercises, guards
     where = device.setup_device(verbose=False)  # before the student's @triton.jit
     exercise = exercises.get(args.exercise)
     if not args.reference:  # the judge may be timing the baseline: no CUDA context, no student code yet
@@ -223,7 +248,7 @@ def main(argv=None) -> int:
         device.start_cuda()  # and before confining: the driver opens its files here
     if args.reference:
         protocol.send(channel, {"error": None})
-        serve(channel, Server(exercise, exercise.reference, where.device, set(sys._current_frames())))
+        serve(channel, Server(exercise, exercise.reference, where.device, Surroundings.now(), judged=False))
         return 0
     cache = os.environ.get("TRITON_CACHE_DIR")  # this student's own (judge.compile_cache)
     try:
@@ -233,14 +258,15 @@ def main(argv=None) -> int:
         protocol.send(channel, {"error": say("grading could not confine your code ({error}), so none of it ran: "
                                              "tell your instructor.", error=error)})
         return 0
-    threads_before = set(sys._current_frames())
+    guards.count_audit_hooks()
+    before = Surroundings.now()
     namespace, error = run_answer(args.answer)
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
         error = say("your answer cells define no function `{function}`.", function=exercise.function)
     protocol.send(channel, clipped({"error": error}))
     if error is None:
-        serve(channel, Server(exercise, fn, where.device, threads_before))
+        serve(channel, Server(exercise, fn, where.device, before))
     return 0
 
 

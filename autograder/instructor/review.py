@@ -21,9 +21,12 @@ REACHES = (
      "processes, threads, signals or sockets"),
     (r"\b(exec|eval|compile|__import__|getattr|setattr|globals|vars)\s*\(|\bimportlib\b|\bbuiltins\b"
      r"|__builtins__", "code or names built at run time"),
-    (r"(?m)^\s*(torch|triton|tl|np|numpy|F)(\.\w+)+\s*=(?!=)", "a library's function replaced"),  # a statement
+    (r"(?m)^\s*(del\s+)?(torch|triton|tl|np|numpy|F|JITFunction)(\.\w+)+\s*(=(?!=)|$)",
+     "a library's function replaced or removed"),  # a statement
+    (r"\.__class__\s*=(?!=)", "an object's class changed"),
+    (r"\btorch\.save\b|\bpickle\b|__reduce\w*|\bstruct\b|\bzipfile\b|\bio\.BytesIO\b", "a tensor's bytes serialised"),
     (r"__del__|\bweakref\b|\batexit\b|\bgc\.callbacks|addaudithook", "code that runs after a call returns"),
-    (r"sys\.(argv|modules|_getframe|settrace|setprofile|exc_info)|/proc/|\bgc\.|\binspect\b|__code__|__globals__"
+    (r"sys\.(argv|modules|_getframe|settrace|setprofile|exc_info)|\bsetitimer\b|/proc/|\bgc\.|\binspect\b|__code__|__globals__"
      r"|__traceback__|\btb_frame\b|\bf_back\b|\bf_locals\b|\bf_globals\b",
      "the process's internals"),
     (r"\b(fcntl|termios|pty|tty)\b|/dev/", "terminals and devices"),
