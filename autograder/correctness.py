@@ -297,6 +297,11 @@ def integrity_problem(exercise: Exercise, record) -> str | None:
             said += " " + say("If your backward returns a gradient shaped differently from its input, autograd "
                               "sums it to that shape with aten.sum itself: return each gradient in its input's shape.")
         return said
+    if record.uncompilable:
+        kernel, why = record.uncompilable[0]
+        return say("`{function}` launched {kernel}, which runs in Triton's interpreter but would not compile for a "
+                   "GPU ({why}). A kernel's body may call only @triton.jit functions and triton.language.",
+                   function=function, kernel=kernel, why=why)
     if record.threads:
         return say("`{function}` handed work to another thread ({thread}). Grading watches the calling thread "
                    "only: compute in your Triton kernel, launched from it.",

@@ -15,6 +15,7 @@ assumed 16-byte aligned, as a fresh PyTorch tensor is.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import warnings
 
@@ -80,19 +81,27 @@ def _compiled_mode(fn):
             setattr(tl.core, name, patched)
 
 
-def _signature(names, args, constexprs, target):
-    """The signature, constants and attributes a launch with ``args`` would compile with."""
+def _signature(jit, values: dict, target):
+    """The signature, constants and attributes a launch with ``values`` (by parameter name) would
+    compile with; a parameter not given takes its default."""
     from triton.compiler.compiler import make_backend
     from triton.runtime.jit import mangle_type
 
     backend = make_backend(target)
     divisible = backend.parse_attr("D") if hasattr(backend, "parse_attr") else [["tt.divisibility", 16]]
-    signature, constants, attrs = {}, dict(constexprs), {}
-    if len(args) > len(names):
-        raise TypeError(f"{len(args)} arguments for {len(names)} parameters")
-    for i, (name, value) in enumerate(zip(names, args)):
-        if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == 1):
+    signature, constants, attrs = {}, {}, {}
+    unknown = set(values) - set(jit.arg_names)
+    if unknown:
+        raise TypeError(f"no parameter {', '.join(sorted(unknown))}")
+    for param in jit.params:
+        i, name = param.num, param.name
+        if name not in values and param.default is inspect.Parameter.empty:
+            raise TypeError(f"no value for {name}")
+        value = values.get(name, param.default)
+        if param.is_constexpr or value is None or (isinstance(value, int) and not isinstance(value, bool)
+                                                   and value == 1):
             constants[name] = value  # what a launch does with None and with the integer 1
+            signature[name] = "constexpr"
         elif hasattr(value, "data_ptr"):
             signature[name] = mangle_type(value)
             attrs[(i,)] = divisible
@@ -100,12 +109,7 @@ def _signature(names, args, constexprs, target):
             signature[name] = mangle_type(value)
             if isinstance(value, int) and not isinstance(value, bool) and value % 16 == 0:
                 attrs[(i,)] = divisible
-    for name in constants:
-        signature[name] = "constexpr"
-    missing = [n for n in names if n not in signature]
-    if missing:
-        raise TypeError(f"no value for {', '.join(missing)}")
-    return {n: signature[n] for n in names}, constants, attrs
+    return signature, constants, attrs
 
 
 def compile_for(kernel, *args, capability: int = 90, num_warps: int = 4, num_stages: int = 3, **constexprs):
@@ -117,11 +121,65 @@ def compile_for(kernel, *args, capability: int = 90, num_warps: int = 4, num_sta
     fn = _python_function(kernel)
     target = GPUTarget("cuda", capability, 32)
     jit = JITFunction(fn)
-    signature, constants, attrs = _signature(jit.arg_names, args, constexprs, target)
+    if len(args) > len(jit.arg_names):
+        raise TypeError(f"{len(args)} arguments for {len(jit.arg_names)} parameters")
+    signature, constants, attrs = _signature(jit, dict(zip(jit.arg_names, args)) | constexprs, target)
     with _compiled_mode(fn), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Triton's notices about its own defaults
         source = ASTSource(fn=jit, signature=signature, constexprs=constants, attrs=attrs)
         return triton.compile(source, target=target, options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+_front_end_verdicts: dict[tuple, str | None] = {}
+
+
+def front_end_problem(kernel, args: tuple, kwargs: dict) -> str | None:
+    """Why Triton's compiler would refuse ``kernel`` launched with ``args`` and ``kwargs`` (its
+    front end, the same for every GPU: Python it cannot compile, a global it may not read), or
+    None. The interpreter runs a kernel's body as plain Python, so a kernel can run there and not
+    compile; each kernel and set of argument types is compiled once a process."""
+    from triton._C.libtriton import ir
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import JITFunction
+
+    fn = _python_function(kernel)
+    jit = JITFunction(fn)
+    values = dict(zip(jit.arg_names, args)) | {k: v for k, v in kwargs.items() if k in jit.arg_names}
+    target = GPUTarget("cuda", 90, 32)
+    try:
+        signature, constants, attrs = _signature(jit, values, target)
+    except TypeError:  # the launch itself fails, and says why
+        return None
+    key = (fn, tuple(signature.items()), tuple((k, repr(v)) for k, v in sorted(constants.items())),
+           tuple(sorted(attrs)))
+    if key not in _front_end_verdicts:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Triton's notices about its own defaults
+            backend = make_backend(target)
+            options = backend.parse_options({})
+            context = ir.context()
+            ir.load_dialects(context)
+            backend.load_dialects(context)
+            try:
+                with _compiled_mode(fn):
+                    ASTSource(fn=jit, signature=signature, constexprs=constants, attrs=attrs).make_ir(
+                        target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                        context)
+                _front_end_verdicts[key] = None
+            except Exception as error:  # Triton's CompilationError, and what its code generator raised
+                _front_end_verdicts[key] = _reason(error)
+    return _front_end_verdicts[key]
+
+
+def _reason(error: Exception) -> str:
+    """The compiler's reason in a line: where in the kernel, and its first sentence."""
+    node, said = getattr(error, "node", None), getattr(error, "error_message", None) or str(error)
+    where = f"line {node.lineno}: " if hasattr(node, "lineno") else ""
+    text = " ".join(said.split())
+    if wrapped := re.fullmatch(r"(\w+)\((['\"])(.*)\2\)", text):  # an exception's repr
+        text = f"{wrapped[1]}: {wrapped[3]}"
+    return where + text.split(". ")[0].removesuffix(".")[:300]
 
 
 SHARED_BUFFER = re.compile(r"ttg\.local_alloc\s*(?:%\S+\s*)?:.*?!ttg\.memdesc<(?P<shape>[\dx]+)x(?P<dtype>[a-zA-Z]\w*)")

@@ -113,6 +113,9 @@ class CallRecord:
     a copy from the GPU to the CPU."""
     threads: list[str] = field(default_factory=list)
     """Threads started during the call, or other threads that ran while it did."""
+    uncompilable: list[tuple[str, str]] = field(default_factory=list)
+    """Interpreted kernels Triton's compiler would refuse, with its reason (the interpreter runs
+    a kernel's body as plain Python)."""
     graders_own: Callable[[], contextlib.AbstractContextManager] = field(default=contextlib.nullcontext, repr=False,
                                                                        compare=False)
     """A block in which the grader's own PyTorch ops go unrecorded (its copies of the outputs)."""
@@ -268,6 +271,10 @@ def watch(allowed_ops: frozenset[str] = DATA_MOVEMENT_OPS, zones: GuardZones | N
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
                 record.launches.append(getattr(self, "__name__", "kernel"))
+                if type(self).__name__ == "InterpretedFunction":
+                    from .cross_compile import front_end_problem
+                    if (why := front_end_problem(self, args, kwargs)) is not None:
+                        record.uncompilable.append((record.launches[-1], why))
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         return run
 
