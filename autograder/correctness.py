@@ -179,10 +179,13 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
             if device == "cuda":
                 torch.cuda.synchronize()
             # Still watched: past here no code of the student's may run. A tensor subclass would
-            # run its own methods in the checks below, and the outputs are copied now.
+            # run its own methods in the checks below, and the outputs are copied now (a copy
+            # that faults, reading a bogus output, is the call's fault too).
             foreign = _subclassed(exercise, given, made)
             with record.graders_own():
                 outs = made if foreign else tuple(_copy(out) for out in made)
+                if device == "cuda":
+                    torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
         return None, explain_exception(exercise, error)
     if problem := foreign or integrity_problem(exercise, record) or library_problem(exercise):

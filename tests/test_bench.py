@@ -482,6 +482,6 @@ def test_merge_folds_a_partial_run_into_the_full_one(tmp_path):
     assert (full / new_fa["plot"]).read_bytes() == b"png"
     report = (full / "RESULTS.md").read_text()
     assert "| flash_attention | seq 4096 | ≥ 0.80× F.scaled_dot_product_attention | 0.938× | – | met |" in report
-    assert "Re-measured 2026-12-24 (torch" in report
-    assert "| ps3_online_softmax (re-measured 2026-12-24) | 16/17 |" in report
+    assert "Re-measured 2026-12-24 on an NVIDIA H200 (torch" in report  # the card of each run
+    assert "| ps3_online_softmax (re-measured 2026-12-24, NVIDIA H200) | 16/17 |" in report
     assert "| ps1_vector_add | 20/20 |" in report

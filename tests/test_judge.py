@@ -472,6 +472,29 @@ PROFILER_LEFT = ZEROS + '''
 import sys
 sys.setprofile(lambda frame, event, arg: None)  # would run on every call the grader makes
 '''
+PYTHON_IN_THE_KERNEL = '''
+def _sum(a, b):  # plain Python on the interpreter's NumPy arrays
+    return a + b
+
+
+@triton.jit
+def python_kernel(x_ptr, y_ptr, out_ptr, n, N, sx0, sx1, sy0, sy1, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row, col = i // N, i % N
+    mask = i < n
+    x = tl.load(x_ptr + row * sx0 + col * sx1, mask=mask)
+    y = tl.load(y_ptr + row * sy0 + col * sy1, mask=mask)
+    tl.store(out_ptr + i, _sum(x, y), mask=mask)
+
+
+def add(x, y):
+    y = y.expand(torch.broadcast_shapes(x.shape, y.shape))
+    x = x.expand(y.shape)
+    out = torch.empty(y.shape, dtype=x.dtype, device=x.device)
+    python_kernel[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), out.shape[1], *x.stride(), *y.stride(),
+                                                    BLOCK=256)
+    return out
+'''
 PICKLED = ZEROS + '''
 import io
 
@@ -489,8 +512,11 @@ def add(x, y, _zeros=add):
     (SUMS_IN_THE_GRID, "`add` copied data with PyTorch (aten.copy_.default"),  # and read 11,550 values one by one
     (PROFILER_LEFT, "`add` left code set to run later (sys.setprofile)."),
     (PICKLED, "`add` took data out of PyTorch for the host to compute with (Tensor.__reduce_ex__())."),
+    pytest.param(PYTHON_IN_THE_KERNEL, "`add` launched python_kernel, which runs in Triton's interpreter but would not "
+                 "compile for a GPU (line 7: NameError: Cannot access global variable _sum",
+                 marks=pytest.mark.skipif(DEVICE.has_gpu, reason="on a GPU such a kernel does not compile at all")),
 ], ids=["library function replaced", "thread left running", "class changed", "sums in the grid's function",
-        "profiler left", "pickled"])
+        "profiler left", "pickled", "python in the kernel"])
 def test_what_runs_around_the_call_breaks_the_rules(graded_here, answer, words):
     write_notebook(graded_here, answer)
     result = isolated()

@@ -255,7 +255,7 @@ def sweep_section(r: dict) -> list[str]:
              + f"; medians of {r['rounds']} alternating rounds.", ""]
     if "run" in r:
         run = r["run"]
-        lines += [f"Re-measured {run['date']} (torch {run['torch']}, triton {run['triton']}) by `--only`, "
+        lines += [f"Re-measured {run['date']} on an {run['card']} (torch {run['torch']}, triton {run['triton']}) by `--only`, "
                   f"against that run's {r['ceiling_name']}: {_rate(r['ceiling'], r['unit'])} {r['unit']}.", ""]
     if r["ours"] is None:
         return lines + [_cell(r["note"]), ""]
@@ -279,7 +279,7 @@ def grading_table(rows: list[dict]) -> list[str]:
             lines.append(f"| {r['exercise']} | error: {_cell(r['error'])} |" + " |" * 8)
             continue
         spread = f"{min(r['ratios']):.3f}–{max(r['ratios']):.3f}" if r["ratios"] else "–"
-        when = f" (re-measured {r['run']['date']})" if "run" in r else ""
+        when = f" (re-measured {r['run']['date']}, {r['run']['card']})" if "run" in r else ""
         rate = "–" if r["rate"] is None else f"{r['rate']:,.0f} {r['unit']}"
         baseline_rate = "–" if r["baseline_rate"] is None else f"{r['baseline_rate']:,.0f} {r['unit']}"
         lines.append(f"| {r['exercise']}{when} | {r['correct']} | {r['case']} | ≥ {r['threshold']:g}× {r['baseline']} | "
