@@ -15,6 +15,7 @@ assumed 16-byte aligned, as a fresh PyTorch tensor is.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 import warnings
@@ -81,13 +82,25 @@ def _compiled_mode(fn):
             setattr(tl.core, name, patched)
 
 
+@functools.lru_cache(maxsize=None)
+def _backend(target):
+    from triton.compiler.compiler import make_backend
+    return make_backend(target)
+
+
+@functools.lru_cache(maxsize=None)
+def _jit(fn):
+    """A compiled-mode ``JITFunction`` of the Python function ``fn`` (its parameters, its source)."""
+    from triton.runtime.jit import JITFunction
+    return JITFunction(fn)
+
+
 def _signature(jit, values: dict, target):
     """The signature, constants and attributes a launch with ``values`` (by parameter name) would
     compile with; a parameter not given takes its default."""
-    from triton.compiler.compiler import make_backend
     from triton.runtime.jit import mangle_type
 
-    backend = make_backend(target)
+    backend = _backend(target)
     divisible = backend.parse_attr("D") if hasattr(backend, "parse_attr") else [["tt.divisibility", 16]]
     signature, constants, attrs = {}, {}, {}
     unknown = set(values) - set(jit.arg_names)
@@ -140,11 +153,9 @@ def front_end_problem(kernel, args: tuple, kwargs: dict) -> str | None:
     compile; each kernel and set of argument types is compiled once a process."""
     from triton._C.libtriton import ir
     from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
-    from triton.runtime.jit import JITFunction
 
     fn = _python_function(kernel)
-    jit = JITFunction(fn)
+    jit = _jit(fn)
     values = dict(zip(jit.arg_names, args)) | {k: v for k, v in kwargs.items() if k in jit.arg_names}
     target = GPUTarget("cuda", 90, 32)
     try:
@@ -156,7 +167,7 @@ def front_end_problem(kernel, args: tuple, kwargs: dict) -> str | None:
     if key not in _front_end_verdicts:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Triton's notices about its own defaults
-            backend = make_backend(target)
+            backend = _backend(target)
             options = backend.parse_options({})
             context = ir.context()
             ir.load_dialects(context)
