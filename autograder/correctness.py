@@ -210,14 +210,18 @@ def _subclassed(exercise: Exercise, given: tuple, made: tuple) -> str | None:
                        function=exercise.function, i=i, type=type(t).__name__)
     for name, t in zip(exercise.outputs, made):
         if type(t) is not torch.Tensor and isinstance(t, torch.Tensor):
-            return say("`{function}` returned {name} as an object of class {type}: return plain torch.Tensor objects.",
-                       function=exercise.function, name=name, type=type(t).__name__)
+            found = dict(function=exercise.function, name=name[1:], type=type(t).__name__)
+            return (say("`{function}` returned an object of class {type}: return a plain torch.Tensor.", **found)
+                    if name == "y" else
+                    say("`{function}`'s backward gave the gradient for {name} as an object of class {type}: "
+                        "return plain torch.Tensor objects.", **found))
     return None
 
 
 def _copy(out):
-    """The grader's own copy of an output (a plain tensor; anything else as it is)."""
-    return torch._C.TensorBase.clone(out) if type(out) is torch.Tensor else out
+    """The grader's own contiguous copy of an output (a plain tensor; anything else as it is):
+    what a runner hands the judge needs no other."""
+    return torch._C.TensorBase.clone(out, memory_format=torch.contiguous_format) if type(out) is torch.Tensor else out
 
 
 def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem | None:
@@ -322,9 +326,8 @@ def _changed_inputs(before, after) -> str | None:
     base = torch._C.TensorBase
     with torch._C.DisableTorchFunctionSubclass():
         for i, (a, b) in enumerate(zip(before, after)):
-            same = base.__or__(base.eq(a, b), base.__and__(base.isnan(a), base.isnan(b))) if base.size(a) == base.size(
-                b) else None
-            if same is None or not bool(base.all(same)):
+            if base.size(a) != base.size(b) or not bool(
+                    base.all(base.__or__(base.eq(a, b), base.__and__(base.isnan(a), base.isnan(b))))):
                 return say("input {i} was changed by the call: write results to a new tensor, not into the inputs.",
                            i=i)
     return None

@@ -129,11 +129,10 @@ def compile_for(kernel, *args, capability: int = 90, num_warps: int = 4, num_sta
     """Compile ``kernel`` for an NVIDIA GPU of ``capability`` (90: Hopper) as a launch with
     ``args`` (tensors, integers, None) and ``constexprs`` would, without launching it."""
     from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
 
     fn = _python_function(kernel)
     target = GPUTarget("cuda", capability, 32)
-    jit = JITFunction(fn)
+    jit = _jit(fn)
     if len(args) > len(jit.arg_names):
         raise TypeError(f"{len(args)} arguments for {len(jit.arg_names)} parameters")
     signature, constants, attrs = _signature(jit, dict(zip(jit.arg_names, args)) | constexprs, target)

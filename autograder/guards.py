@@ -398,9 +398,10 @@ def later_code() -> dict[str, object]:
              "threading.settrace": getattr(threading, "gettrace", lambda: None)(),
              "threading.setprofile": getattr(threading, "getprofile", lambda: None)(),
              "gc.callbacks": tuple(gc.callbacks), "sys.addaudithook": _audit_hooks_added}
-    for number in signal.valid_signals():
+    names = {int(sig): sig.name for sig in signal.Signals}
+    for number in signal.valid_signals():  # the real-time ones too, which have no name
         with contextlib.suppress(ValueError, OSError):
-            state[f"signal.signal({signal.Signals(number).name})"] = signal.getsignal(number)
+            state[f"signal.signal({names.get(int(number), int(number))})"] = signal.getsignal(number)
     for timer in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF"):
         state[f"signal.setitimer({timer})"] = signal.getitimer(getattr(signal, timer)) != (0.0, 0.0)
     return state
