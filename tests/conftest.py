@@ -42,9 +42,13 @@ def _hand_out_modules(items) -> None:
 def pytest_cmdline_main(config):
     """With pytest-xdist's workers (``-n``), each module goes whole to one worker (``--dist
     loadfile``, whatever ``--dist`` said): module fixtures build shared things once (a course,
-    a virtual environment) and would collide if two workers built them side by side."""
+    a virtual environment) and would collide if two workers built them side by side. The
+    modules go out in :func:`_hand_out_modules`' order, not re-sorted by how many tests each
+    has (pytest-xdist's ``--loadscope-reorder``, on by default since 3.7)."""
     if getattr(config.option, "numprocesses", None) and config.option.dist in ("no", "load"):
         config.option.dist = "loadfile"
+    if config.option.dist == "loadfile":
+        config.option.loadscopereorder = False
 
 
 def pytest_xdist_auto_num_workers(config):

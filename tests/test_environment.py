@@ -181,8 +181,12 @@ SHARING_PROJECT = {
     "conftest.py": ("import importlib.util, sys\nsys.path.insert(0, {tests!r})\n"  # the suite's conftest, by path
                     "spec = importlib.util.spec_from_file_location('suite_conftest', {tests!r} + '/conftest.py')\n"
                     "suite = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(suite)\n"
-                    "pytest_collection_modifyitems, machine_share = suite.pytest_collection_modifyitems, suite.machine_share\n"),
-    "test_alone.py": "import pytest\npytestmark = pytest.mark.alone\n\ndef test_timed():\n    {note}('alone')\n",
+                    "pytest_cmdline_main, pytest_collection_modifyitems, machine_share = suite.pytest_cmdline_main, "
+                    "suite.pytest_collection_modifyitems, suite.machine_share\n"),
+    # More tests than any other module: pytest-xdist's own order (most tests first) would run it first.
+    "test_alone.py": "import pytest\npytestmark = pytest.mark.alone\n\n"
+                     + "".join(f"def test_timed_{i}():\n    {{note}}('alone')\n\n" for i in range(3)),
+    "test_slow.py": "import pytest\n\n@pytest.mark.slow\ndef test_long():\n    {note}('slow')\n",
     "test_first.py": "def test_a():\n    {note}('first')\n\ndef test_b():\n    {note}('first')\n",
     "test_second.py": "def test_a():\n    {note}('second')\n\ndef test_b():\n    {note}('second')\n",
 }
@@ -197,7 +201,8 @@ def note(module):
 
 def test_make_tests_workers_share_the_machine_and_an_alone_module_has_it_to_itself(tmp_path):
     """Under `make test`'s pytest-xdist flags, modules run side by side, each whole on one
-    worker, and a module marked `alone` overlaps no other (the conftest's lock)."""
+    worker, a module marked `alone` overlaps no other (the conftest's lock), and modules are
+    handed out in the conftest's order: a `slow` one first, an `alone` one last."""
     log = tmp_path / "log.txt"
     for name, text in SHARING_PROJECT.items():
         body = text.format(tests=str(ROOT / "tests"), note="note")
@@ -206,10 +211,11 @@ def test_make_tests_workers_share_the_machine_and_an_alone_module_has_it_to_itse
                            "-q", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     runs = [line.split() for line in log.read_text().splitlines()]
-    spans = {m: [(float(a), float(b)) for mod, _, a, b in runs if mod == m] for m in ("alone", "first", "second")}
+    spans = {m: [(float(a), float(b)) for mod, _, a, b in runs if mod == m] for m in ("alone", "first", "second", "slow")}
     workers = {m: {w for mod, w, _, _ in runs if mod == m} for m in ("first", "second")}
     assert all(len(w) == 1 for w in workers.values()) and workers["first"] != workers["second"], runs
-    (a0, a1), = spans["alone"]
-    assert all(b1 <= a0 or b0 >= a1 for m in ("first", "second") for b0, b1 in spans[m]), runs
+    a0, a1 = min(a for a, _ in spans["alone"]), max(b for _, b in spans["alone"])
+    assert all(b1 <= a0 or b0 >= a1 for m in ("first", "second", "slow") for b0, b1 in spans[m]), runs
+    assert spans["slow"][0][0] < a0, runs  # handed out first, where pytest-xdist's order would run it last
     first, second = spans["first"], spans["second"]
     assert any(f0 < s1 and s0 < f1 for f0, f1 in first for s0, s1 in second), runs  # side by side
