@@ -85,22 +85,32 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
     outputs those of :meth:`~autograder.spec.Exercise.call`;
     ``problem`` a :class:`Problem`; after a problem that ends the process (``call.ended``, in brief
     ``call.ended_brief``), the remaining cases are not run, nor after a CUDA fault unless
-    ``call.restart()`` gives them a new process, nor after a call that ran out of time. Every
+    ``call.restart()`` gives them a new process, nor after a call that ran out of time, nor
+    once this process's CUDA context is found broken (a fault in an earlier check). Every
     failure also gets its brief (:attr:`CaseResult.brief`)."""
     results, ended = [], None
     for i, case in enumerate(cases):
         if ended:
-            results.append(CaseResult(case.label, False, *ended))
+            results.append(CaseResult(case.label, False, *ended, edge=exercise.is_edge(case)))
             continue
-        inputs = exercise.make_inputs(case, torch.Generator(device).manual_seed(seed + i), device)
+        try:
+            inputs = exercise.make_inputs(case, torch.Generator(device).manual_seed(seed + i), device)
+        except RuntimeError as error:  # a sticky CUDA error: nothing can run on this GPU in this process
+            if not is_cuda_fault(str(error)):
+                raise
+            ended = (say("not run: this process's CUDA context was broken by an earlier fault on the GPU, perhaps in "
+                         "an earlier check. Restart the kernel (Kernel > Restart) and check again."),) * 2
+            results.append(CaseResult(case.label, False, *ended, edge=exercise.is_edge(case)))
+            continue
         outs, problem = call(case, seed + i, inputs)
         if problem is None:
             problem = judge_output(exercise, case, inputs, outs)
+        edge = exercise.is_edge(case)
         if problem is None:
-            results.append(CaseResult(case.label, True))
+            results.append(CaseResult(case.label, True, edge=edge))
             continue
         said = call.ended_brief if call.ended else brief(problem.kind, exercise.function)
-        results.append(CaseResult(case.label, False, problem.message, said))
+        results.append(CaseResult(case.label, False, problem.message, said, edge=edge))
         if call.ended:
             ended = (call.ended, call.ended_brief)
         elif problem.kind == "cuda_fault" and not call.restart():

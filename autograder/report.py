@@ -32,6 +32,9 @@ class CaseResult:
     brief: str = ""
     """Why it failed in the judge's words alone: nothing of the case's inputs (no shape, index or
     value) and nothing the student's code wrote or raised. A verdict on hidden cases shows this."""
+    edge: bool = False
+    """An answer that takes no real work (:attr:`autograder.spec.Exercise.edge`): it counts only
+    beside a passed case that is not one."""
 
 
 @dataclass
@@ -72,8 +75,17 @@ class CheckResult:
     a label, a seed or a case's own message (nbgrader's feedback lands on the student's disk)."""
 
     @property
+    def edges_alone(self) -> bool:
+        """Whether the cases that passed are all edge cases, which count for nothing on their own."""
+        passed = [c for c in self.cases if c.passed]
+        return bool(passed) and all(c.edge for c in passed)
+
+    @property
     def fraction_passed(self) -> float:
-        return sum(c.passed for c in self.cases) / len(self.cases) if self.cases else 0.0
+        """The share of cases passed, 0 when only edge cases did."""
+        if not self.cases or self.edges_alone:
+            return 0.0
+        return sum(c.passed for c in self.cases) / len(self.cases)
 
     @property
     def correct(self) -> bool:
@@ -113,6 +125,10 @@ class CheckResult:
                 continue
             first_seen[kind] = c.label
             lines.extend("     " + line for line in c.message.splitlines())
+        if self.edges_alone:
+            lines.append("  " + say("Only edge cases passed ({labels}): their answers take no real work, so they count "
+                                    "only once another case passes too.",
+                                    labels=", ".join(c.label for c in self.cases if c.passed)))
         return lines
 
     def _hidden_lines(self) -> list[str]:
@@ -127,6 +143,9 @@ class CheckResult:
         for brief, count in reasons.items():
             lines.append(f"  {case_mark(False)} " + say("{count} of {cases} cases", count=count, cases=len(self.cases)))
             lines.extend("     " + line for line in brief.splitlines())
+        if self.edges_alone:
+            lines.append("  " + say("Only edge cases passed: their answers take no real work, so they count only once "
+                                    "another case passes too."))
         if reasons:
             lines.append("  " + say("Hidden cases stay hidden, and so does what went wrong in them. Try your "
                                     "function on shapes of your own: sizes that are not a multiple of your block "

@@ -116,6 +116,10 @@ class Exercise:
     """PyTorch operations the student's wrapper may call; anything else is reported."""
     time_limit_s: float = 120.0
     """Longest a single call may take (first calls include JIT compilation)."""
+    edge: Callable[[Case], bool] | None = None
+    """Which cases' answers take no real work (a vocabulary of one, every row ignored, a lone
+    token: the answer is a constant or a copy of an input). In a verdict, such cases count only
+    beside a passed case that is not one, so a function that does nothing scores 0. None: no case is."""
     gradients: dict[str, dict[torch.dtype, Tolerance]] = field(default_factory=dict)
     """For an exercise graded on its backward pass too: the arguments whose gradients are judged,
     by their names in ``signature`` (whose every parameter then has a type), each with its
@@ -132,6 +136,10 @@ class Exercise:
         """What a call is judged on, by name, each with its tolerances: the function's output
         ``y``, then the gradient of each argument in ``gradients`` (``dx`` for ``x``)."""
         return {"y": self.tolerances, **{f"d{name}": tol for name, tol in self.gradients.items()}}
+
+    def is_edge(self, case: Case) -> bool:
+        """Whether ``case`` is one of :attr:`edge`'s."""
+        return self.edge is not None and self.edge(case)
 
     def arguments(self, inputs: tuple) -> tuple:
         """The function's arguments among a case's inputs: all of them, but dy for an exercise

@@ -584,3 +584,26 @@ def test_code_left_to_run_later_is_seen_on_every_signal_a_handler_can_take():
     finally:
         signals.signal(number, previous)
     assert changed == [f"signal.signal({int(number)})"]
+
+
+def test_a_check_in_a_process_whose_cuda_context_broke_earlier_says_to_restart_the_kernel():
+    """A fault in an earlier check leaves a sticky CUDA error: the next check's inputs cannot be
+    drawn. Each remaining case says why, in a sentence, instead of a traceback from PyTorch."""
+    draws = []
+
+    def broken_after_one(case, generator, device):
+        draws.append(case)
+        if len(draws) > 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return VECTOR_ADD.make_inputs(case, generator, device)
+
+    exercise = dataclasses.replace(VECTOR_ADD, make_inputs=broken_after_one)
+    result = check(exercise, add, measure_throughput=False, verbose=False)
+    assert [c.passed for c in result.cases] == [True] + [False] * (len(result.cases) - 1)
+    assert len(draws) == 2 and "Restart the kernel" in result.cases[1].message
+
+    def other_error(case, generator, device):
+        raise RuntimeError("no GPU here")
+
+    with pytest.raises(RuntimeError, match="no GPU here"):  # any other error is the grader's own: raised
+        check(dataclasses.replace(VECTOR_ADD, make_inputs=other_error), add, measure_throughput=False, verbose=False)

@@ -28,6 +28,8 @@ def test_declaration_is_complete(name):
     if assignment.exists():  # a graded assignment: hidden tests, a throughput goal, points
         assert set(exercise.hidden_cases()) == {"cpu", "cuda"} and exercise.throughput is not None
         assert set(exercise.points) == {"correctness", "hidden", "throughput"}
+        for which in (exercise.visible_cases, exercise.hidden_cases()):  # edge cases count only beside another
+            assert all(any(not exercise.is_edge(c) for c in cases) for cases in which.values())
     else:
         assert not exercise.hidden_cases() and not exercise.points
     if assignment.exists() or name.startswith("lesson"):  # students write it: the answer is the instructor's

@@ -278,16 +278,21 @@ def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
 def expected_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None = None) -> dict[str, float]:
     """What the answer earns by the self-check, run on this machine's cases; with ``seeds``
     (a part's name -> seed), on the inputs that grading drew, so a mistake that a draw can hide
-    is judged on the same draw. On a GPU in a process of its own: a mistake's stray store can
-    break the CUDA context it ran in (an illegal address), and every later call with it."""
+    is judged on the same draw. On a GPU each part in a process of its own, as grading gives
+    each its own runner: a mistake's stray store can break the CUDA context it ran in (an
+    illegal address), and every later call with it."""
+    parts = ("correctness", "hidden")
     if not DEVICE.has_gpu:
-        return _self_checked_points(assignment, answer_cell, seeds)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_self_checked_points, assignment, answer_cell, seeds).result()
+        return _self_checked_points(assignment, answer_cell, seeds, parts)
+    points = {"test_throughput": 0.0}
+    for part in parts:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            points |= pool.submit(_self_checked_points, assignment, answer_cell, seeds, (part,)).result()
+    return points
 
 
-def _self_checked_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None) -> dict[str, float]:
-    """:func:`expected_points`, in this process."""
+def _self_checked_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None, parts) -> dict[str, float]:
+    """:func:`expected_points` of ``parts``, in this process."""
     from autograder import check, grading
     spec = exercises.get(assignment)
     nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -299,7 +304,7 @@ def _self_checked_points(assignment: str, answer_cell: str, seeds: dict[str, int
         fn = runpy.run_path(str(module))[spec.function]
         return {f"test_{part}": grading.points(spec, part, check(spec, fn, cases=cases, measure_throughput=False,
                                                                  verbose=False, **({"seed": seeds[part]} if part in seeds else {})))
-                for part, cases in (("correctness", "visible"), ("hidden", "hidden"))} | {"test_throughput": 0.0}
+                for part, cases in (("correctness", "visible"), ("hidden", "hidden")) if part in parts} | {"test_throughput": 0.0}
 
 
 def submit_reference_and_mistakes(course: Path, assignment: str) -> dict[str, str]:

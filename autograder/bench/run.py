@@ -235,6 +235,11 @@ def _or_dash(value, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def remeasured(r: dict) -> str:
+    """`` (re-measured DATE, CARD)`` for a record a later ``--only`` run merged in, else ''."""
+    return f" (re-measured {r['run']['date']}, {r['run']['card']})" if "run" in r else ""
+
+
 def goals_table(records: list[dict]) -> list[str]:
     lines = ["| sweep | at | goal | measured | of ceiling | verdict |", "|---|---|---|---|---|---|"]
     for r in records:
@@ -244,7 +249,7 @@ def goals_table(records: list[dict]) -> list[str]:
             if g["met"] is False:
                 verdict = verdict.replace("missed", "**missed**", 1)
             measured = "–" if g["ratio"] is None else f"{g['ratio']:.3f}×"
-            lines.append(f"| {r['name']} | {g['label']} | {g['goal']} | {measured} | {fraction} | {verdict} |")
+            lines.append(f"| {r['name']}{remeasured(r)} | {g['label']} | {g['goal']} | {measured} | {fraction} | {verdict} |")
     return lines
 
 
@@ -279,10 +284,9 @@ def grading_table(rows: list[dict]) -> list[str]:
             lines.append(f"| {r['exercise']} | error: {_cell(r['error'])} |" + " |" * 8)
             continue
         spread = f"{min(r['ratios']):.3f}–{max(r['ratios']):.3f}" if r["ratios"] else "–"
-        when = f" (re-measured {r['run']['date']}, {r['run']['card']})" if "run" in r else ""
         rate = "–" if r["rate"] is None else f"{r['rate']:,.0f} {r['unit']}"
         baseline_rate = "–" if r["baseline_rate"] is None else f"{r['baseline_rate']:,.0f} {r['unit']}"
-        lines.append(f"| {r['exercise']}{when} | {r['correct']} | {r['case']} | ≥ {r['threshold']:g}× {r['baseline']} | "
+        lines.append(f"| {r['exercise']}{remeasured(r)} | {r['correct']} | {r['case']} | ≥ {r['threshold']:g}× {r['baseline']} | "
                      f"{_or_dash(r['median_ratio'], '.3f')} | {spread} | {rate} | {baseline_rate} | "
                      f"{_or_dash(r['peak_fraction'], '.1%')} | {', '.join(r['verdicts'])} |")
     return lines + [""]

@@ -76,5 +76,9 @@ def why_nothing(result: CheckResult, part: str) -> str:
         return result.throughput.message if result.throughput else say("not measured.")
     if not result.cases:
         return say("no cases were run.")
-    first = result.cases[0].brief if result.hidden else result.cases[0].message
-    return say("no case passed; the first: {message}", message=first.splitlines()[0])
+    failed = next(c for c in result.cases if not c.passed)
+    first = (failed.brief if result.hidden else failed.message).splitlines()[0]
+    if result.edges_alone:
+        return say("only edge cases passed, and they count only beside another; the first failure: {message}",
+                   message=first)
+    return say("no case passed; the first: {message}", message=first)

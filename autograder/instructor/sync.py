@@ -99,7 +99,9 @@ def rubric(exercise_name: str, language: str = "en") -> str:
             say("| hidden tests | {points:g} | more sizes on fresh random inputs, shared out the same way |",
                 points=p["hidden"]),
             say("| throughput | {points:g} | at least {threshold:g}× the speed of `{baseline}` on a {case} input, on a GPU |",
-                points=p["throughput"], threshold=t.threshold, baseline=t.baseline, case=t.case.label)])
+                points=p["throughput"], threshold=t.threshold, baseline=t.baseline, case=t.case.label),
+            *(["", say("A case whose answer takes no real work (all zeros, or a copy of an input) counts only once a "
+                       "case that does passes too.")] if ex.edge else [])])
 
 
 def test_source(exercise_name: str, part: str) -> str:
