@@ -3,23 +3,23 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import re
-import sysconfig
 import traceback
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-from .guards import (DATA_MOVEMENT_OPS, DataRace, GuardZones, KernelTimeout, OutOfBoundsAccess, gpu_dot_precision,
-                     kernel_line, raised_inside, replaced_functions, time_limit, watch)
+from .guards import (DATA_MOVEMENT_OPS, LIBRARY_DIRS, DataRace, GuardZones, KernelTimeout,
+                     OutOfBoundsAccess, gpu_dot_precision, kernel_line, kernel_line_of, raised_inside,
+                     replaced_functions, time_limit, watch)
 from .language import say
 from .report import CaseResult
 from .spec import Case, Exercise
 
-_PACKAGE_DIR = str(Path(__file__).parent)
-_LIBRARY_DIRS = tuple({_PACKAGE_DIR, *(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib"))})
-"""Where the frames of Python's, Triton's, PyTorch's and the course's own code live."""
+_INVALID_GRADIENT = re.compile(r"invalid gradient at index (\d+) - got \[([^\]]*)\] but expected shape compatible "
+                               r"with \[([^\]]*)\]")
+"""PyTorch's autograd, on a backward that returned a gradient of the wrong shape."""
 SHOWN_MISMATCHES = 5
 _CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
                          r"|device-side assert|illegal instruction", re.IGNORECASE)
@@ -197,7 +197,14 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
                 if device == "cuda":
                     torch.cuda.synchronize()
     except Exception as error:  # the student's code: every failure becomes a message
-        return None, explain_exception(exercise, error)
+        problem = explain_exception(exercise, error)
+        if problem.kind == "race" and (changed := _changed_inputs(before, _tensors(given))):
+            problem = Problem(changed, "rule")  # a kernel writing into an input races with its own loads
+        return None, problem
+    # what it returned first: a NumPy array returned is a slip of its own, whatever .numpy() broke
+    if problem := next(filter(None, (_not_a_tensor(exercise, name, out) for name, out in zip(exercise.outputs, made))),
+                       None):
+        return None, Problem(problem, "rule")
     if problem := foreign or integrity_problem(exercise, record) or library_problem(exercise):
         return None, Problem(problem, "rule")
     if zones is not None and (damage := zones.damage()):
@@ -343,18 +350,23 @@ def _changed_inputs(before, after) -> str | None:
     return None
 
 
-def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> str | None:
-    """Why the output ``name`` (``y``, or a gradient such as ``dw``) is not a fresh tensor, or None."""
-    the_output = name == "y"
-    if out is None and the_output:
+def _not_a_tensor(exercise: Exercise, name: str, out) -> str | None:
+    """Why the output ``name`` (``y``, or a gradient such as ``dw``) is not a tensor, or None."""
+    if out is None and name == "y":
         return say("`{function}` returned None: end it by returning the output tensor (e.g. `return out`).",
                    function=exercise.function)
     if out is None:
         return say("`{function}`'s backward gave no gradient for {name}: return your torch.autograd.Function's "
                    "output, and from its backward one gradient per input.", function=exercise.function, name=name[1:])
-    if type(out) is not torch.Tensor:  # subclasses could override comparisons
+    if not isinstance(out, torch.Tensor):  # a subclass's instance is named as one (_subclassed)
         return say("`{function}` returned {type}, expected a torch.Tensor.", function=exercise.function,
                    type=type(out).__name__)
+    return None
+
+
+def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> str | None:
+    """Why the output ``name``, a tensor, is not a fresh one on the inputs' device, or None."""
+    the_output = name == "y"
     inputs = _tensors(given)
     if inputs and out.device != inputs[0].device:
         devices = dict(name=name, got=out.device, want=inputs[0].device)
@@ -383,7 +395,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     close = torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     if bool(close.all()):
         return None
-    err = (got - want).abs().nan_to_num(float("inf"))
+    err = (got - want).abs().nan_to_num(nan=float("inf"), posinf=float("inf"))
     rel = err / want.abs().clamp_min(atol)
     bad = (~close).nonzero()
     lines = [say("{count} of {total} elements differ (atol={atol:g}, rtol={rtol:g}); worst abs error {abs_err:.3g}, "
@@ -416,7 +428,13 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
     """One line saying what probably went wrong, above the traceback of the student's code."""
     cause = raised_inside(error.__cause__ or error)
     if isinstance(cause, KernelTimeout):
-        return Problem(str(cause), "time")
+        where = kernel_line_of(error.__cause__ or error)
+        if cause.launch:
+            kernel, programs = cause.launch
+            where.insert(0, "  " + say("stopped in `{kernel}`, a launch of {programs:,} programs, which Triton's "
+                                       "interpreter runs one after another: on the CPU, fewer and larger blocks "
+                                       "finish sooner.", kernel=kernel, programs=programs))
+        return Problem("\n".join([str(cause), *where]), "time")
     if isinstance(cause, OutOfBoundsAccess):
         return Problem(say("your kernel accessed memory out of bounds: {cause}", cause=cause), "out_of_bounds")
     if isinstance(cause, DataRace):
@@ -437,27 +455,53 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
         kind, headline = "compile", say("Triton could not compile your kernel; the first lines below say where.")
     elif cause is not error and type(error).__name__ == "InterpreterError":  # the interpreter's wrapper
         headline = say("`{function}` raised {error} in the kernel: {cause}", function=exercise.function,
-                       error=type(cause).__name__, cause=cause).splitlines()[0]
-        return Problem("\n".join([headline, *kernel_line(cause.__traceback__)]), "raised")
+                       error=type(cause).__name__, cause=_said(cause)).splitlines()[0]
+        return Problem("\n".join([headline, *_hints(error, cause, in_kernel=True), *kernel_line_of(error)]), "raised")
     else:
         kind, headline = "raised", say("`{function}` raised {error}: {cause}", function=exercise.function,
-                                       error=type(cause).__name__, cause=cause).splitlines()[0]
-    return Problem(headline + "\n" + _student_traceback(error), kind)
+                                       error=type(cause).__name__, cause=_said(cause)).splitlines()[0]
+    return Problem("\n".join([headline, *_hints(error, cause, in_kernel=False), _student_traceback(error)]), kind)
+
+
+def _said(error: BaseException) -> str:
+    """An exception's message, or a word saying it has none."""
+    return str(error) or say("(no message)")
+
+
+def _hints(error: BaseException, cause: BaseException, in_kernel: bool) -> list[str]:
+    """What usually causes ``cause`` (what ``error`` wraps, if anything), raised in a wrapper or
+    a kernel, where the exception's own words do not say it."""
+    text = str(cause)
+    if isinstance(cause, TypeError) and "'function' object is not subscriptable" in text:
+        return [say("A kernel launched as `kernel[grid](...)` needs `@triton.jit` on the line above its `def`.")]
+    if shapes := _INVALID_GRADIENT.search(text):
+        index, got, want = shapes.groups()
+        return [say("Your backward returned a gradient of shape [{got}] for input {index}, whose shape is [{want}]: "
+                    "return one gradient per input of forward, each in its input's shape.",
+                    index=index, got=got, want=want)]
+    if "unexpected keyword argument 'dim'" in text:
+        return [say("Triton's reductions take `axis=` where PyTorch's take `dim=`: tl.sum(x, axis=0).")]
+    files = {f.filename for e in (error, cause) for f in traceback.extract_tb(e.__traceback__)
+             if not f.filename.startswith(LIBRARY_DIRS)}
+    if in_kernel and "None" in text and any("libdevice" in "".join(linecache.getlines(name)) for name in files):
+        return [say("Triton's interpreter cannot run libdevice functions (on the CPU they give None): use "
+                    "triton.language's own (tl.exp, tl.log, tl.sqrt, tl.math...), or run on a GPU.")]
+    return []
 
 
 def _raised_in(error: BaseException) -> str | None:
     """The qualified name of the innermost function outside the libraries that ``error`` passed
     through (``LayerNormFunction.forward``), or None."""
     codes = [frame.f_code for frame, _ in traceback.walk_tb(error.__traceback__)
-             if not frame.f_code.co_filename.startswith(_LIBRARY_DIRS)]
+             if not frame.f_code.co_filename.startswith(LIBRARY_DIRS)]
     return getattr(codes[-1], "co_qualname", codes[-1].co_name) if codes else None
 
 
 def _student_traceback(error: BaseException, limit_lines: int = 12) -> str:
     """The traceback of the student's own code (without Python's, Triton's, PyTorch's or the
-    grader's frames, unless only those are left), trimmed to a readable length."""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
-    frames = [f for f in frames if not f.filename.startswith(_LIBRARY_DIRS)] or frames
+    grader's frames: where only those are left, as in autograd's engine calling a backward, the
+    exception alone), trimmed to a readable length."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith(LIBRARY_DIRS)]
     text = "".join(traceback.format_list(frames[-4:]))
     text += "".join(traceback.format_exception_only(type(error), error))
     lines = text.rstrip().splitlines()

@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import math
 import signal
 import _thread
 import os
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from .language import say
 # them freely; anything else computes, and the exercise decides which of those it allows.
 DATA_MOVEMENT_OPS = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
-    "zeros_like", "zero_", "fill_", "full", "full_like", "new_zeros", "new_full",
+    "zeros_like", "zero_", "fill_", "full", "full_like", "new_zeros", "new_full", "ones", "ones_like", "new_ones",
     "copy_", "clone", "_to_copy", "to", "contiguous", "detach", "alias", "lift_fresh",
     "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "expand", "permute",
     "transpose", "t", "squeeze", "unsqueeze", "flatten", "slice", "select", "narrow",
@@ -40,6 +42,9 @@ DATA_MOVEMENT_OPS = frozenset({
 
 class KernelTimeout(TimeoutError):
     """The student's function ran longer than its time limit."""
+
+    launch: tuple[str, int] | None = None
+    """The interpreted launch it stopped in: the kernel's name and its number of programs."""
 
 
 class OutOfBoundsAccess(IndexError):
@@ -67,12 +72,19 @@ class DataRace(RuntimeError):
         return [f"DataRace: {self}", *kernel_line(self.__traceback__)]
 
 
+LIBRARY_DIRS = tuple({os.path.dirname(os.path.abspath(__file__)),
+                      *(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib"))})
+"""Where the frames of Python's, Triton's, PyTorch's and the course's own code live."""
+
+
 def kernel_line(tb) -> list[str]:
-    """``  in kernel, line N: source`` for the innermost frame of ``tb`` outside Triton and the course."""
+    """``  in kernel, line N: source`` for the innermost frame of ``tb`` outside the libraries
+    and the course: the student's kernel, or their wrapper."""
     import traceback
 
-    ours = [f for f in traceback.extract_tb(tb)
-            if f"{os.sep}triton{os.sep}" not in f.filename and f"{os.sep}autograder{os.sep}" not in f.filename]
+    ours = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(LIBRARY_DIRS)
+            and f"{os.sep}triton{os.sep}" not in f.filename and f"{os.sep}autograder{os.sep}" not in f.filename]
+    ours = [f for f in ours if f.line] or ours  # not code made at run time (a dataclass's __init__ has no source)
     if not ours:
         return []
     frame = ours[-1]
@@ -80,6 +92,17 @@ def kernel_line(tb) -> list[str]:
         return ["  " + say("in {function}, line {line}: {source}", function=frame.name, line=frame.lineno,
                            source=frame.line)]
     return ["  " + say("in {function}, line {line}", function=frame.name, line=frame.lineno)]
+
+
+def kernel_line_of(error: BaseException) -> list[str]:
+    """:func:`kernel_line` for what a kernel raised: from the innermost exception of the
+    interpreter's chain (:func:`raised_inside`) outwards, the first whose traceback reaches the
+    student's code (a bad call of a ``@triton.jit`` function, ``tl.sum(x, dim=0)``, fails in the
+    interpreter's frame, and only its wrapper's traceback holds the kernel's line)."""
+    chain = [error]
+    while type(chain[-1]).__name__ == "InterpreterError" and chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    return next((line for e in reversed(chain) if (line := kernel_line(e.__traceback__))), [])
 
 
 def raised_inside(error: BaseException) -> BaseException:
@@ -97,7 +120,7 @@ def shorten(error: Exception) -> None:
     if cause is not None and not hasattr(error, "_render_traceback_"):
         error._render_traceback_ = lambda: [say("{error} in the kernel: {message}", error=type(cause).__name__,
                                                 message=cause),
-                                            *kernel_line(cause.__traceback__)]
+                                            *kernel_line_of(error)]
 
 
 @dataclass
@@ -723,9 +746,13 @@ def install_interpreter_hooks() -> None:
         global _on_access
         previous = _on_access
         try:
-            return original_call(self, *args_dev, **kwargs)
+            with np.errstate(all="ignore"):  # overflow to inf, 0/0 to NaN: IEEE arithmetic, silent as on a GPU
+                return original_call(self, *args_dev, **kwargs)
         except Exception as error:
             stray = raised_inside(error)
+            if isinstance(stray, KernelTimeout) and stray.launch is None:
+                programs = math.prod(getattr(interpreter.interpreter_builder, "grid_dim", (0,)))
+                stray.launch = (getattr(self.fn, "__name__", "the kernel"), programs)
             if isinstance(stray, OutOfBoundsAccess) and stray.launch is None:
                 stray.launch = (interpreter.InterpretedFunction(self.fn), self.grid, args_dev, kwargs)
             if stray is not error and isinstance(stray, (OutOfBoundsAccess, DataRace)):

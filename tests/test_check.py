@@ -4,11 +4,13 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from autograder import check, grade
 from autograder.check import GradingFailure
@@ -51,6 +53,15 @@ def test_reference_passes_every_case():
     result = check(VECTOR_ADD, add, verbose=False)
     assert result.correct, result.summary()
     assert len(result.cases) == len(VECTOR_ADD.cases("visible", DEV))
+
+
+@pytest.mark.parametrize("make", [torch.empty_like, torch.zeros_like, torch.ones_like, lambda x: x.new_ones(x.shape),
+                                  lambda x: torch.ones(x.shape, dtype=x.dtype, device=x.device),
+                                  lambda x: torch.full_like(x, 7.0)],
+                         ids=["empty_like", "zeros_like", "ones_like", "new_ones", "ones", "full_like"])
+def test_a_wrapper_may_allocate_its_output_any_way_that_computes_nothing(make):
+    result = check(VECTOR_ADD, lambda x, y: _launch(x, y, make(x)), measure_throughput=False, verbose=False)
+    assert result.correct, result.summary()
 
 
 cpu_only = pytest.mark.skipif(DEVICE.has_gpu, reason="an unmasked kernel on a GPU writes past its "
@@ -108,6 +119,21 @@ def test_pytorch_shortcuts_and_missing_launches_fail(cheat, phrase):
     result = check(VECTOR_ADD, cheat, measure_throughput=False, verbose=False)
     assert not result.correct
     assert all(phrase in c.message for c in result.cases), result.summary()
+
+
+@triton.jit
+def _overflowing(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(out_ptr + tl.arange(0, BLOCK), tl.exp(x) + (x - x) / (x - x))
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter computes with NumPy")
+def test_an_interpreted_kernel_overflows_and_divides_by_zero_silently_as_on_a_gpu():
+    x, out = torch.full((8,), 1000.0), torch.empty(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's RuntimeWarning, once a case, above every verdict
+        _overflowing[(1,)](x, out, BLOCK=8)
+    assert torch.isnan(out).all()
 
 
 @triton.jit
@@ -288,6 +314,69 @@ def test_a_hanging_call_is_stopped():
     first, *rest = result.cases  # the next case would wait as long: not run
     assert f"`add` on {first.label} did not finish within 0.5 s" in first.message
     assert rest and all(c.message.startswith("not run: an earlier case did not finish") for c in rest), rest
+    assert "in <lambda>, line" in first.message  # where it was stopped
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="an interpreted launch")
+def test_a_launch_stopped_at_the_time_limit_says_how_many_programs_it_had_and_where():
+    ex = dataclasses.replace(VECTOR_ADD, time_limit_s=0.5)
+    endless = lambda x, y: _endless[(3, 2)](torch.zeros(1, dtype=torch.int32), 5)  # noqa: E731
+    message = check(ex, endless, verbose=False).cases[0].message
+    assert "stopped in `_endless`, a launch of 6 programs" in message and "in _endless, line" in message, message
+
+
+@triton.jit
+def _plain(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):  # @triton.jit stripped below: the usual slip
+    pass
+
+
+@triton.jit
+def _sum_with_dim(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), dim=0))
+
+
+@triton.jit
+def _with_libdevice(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, libdevice.exp(tl.load(x_ptr + offsets)))
+
+
+def _first_message(kernel, block=1):  # the first case has one element
+    def launch(x, y):
+        out = torch.empty_like(x)
+        kernel[(1,)](x, out, BLOCK=block)
+        return out
+    return check(VECTOR_ADD, launch, measure_throughput=False, verbose=False).cases[0].message
+
+
+@pytest.mark.skipif(DEV != "cpu", reason="numpy takes host memory only")
+def test_a_numpy_array_returned_is_named_as_what_was_returned():
+    result = check(VECTOR_ADD, lambda x, y: _launch(x, y, torch.empty_like(x)).numpy(), measure_throughput=False,
+                   verbose=False)
+    assert result.cases[0].message == "`add` returned ndarray, expected a torch.Tensor.", result.cases[0].message
+
+
+def test_the_usual_slips_are_named_beside_the_error():
+    def unjitted(x, y):
+        out = torch.empty_like(x)
+        _plain.fn[(1,)](x, y, out, x.numel(), BLOCK=8)
+        return out
+
+    def silent(x, y):
+        raise ValueError()
+
+    said = check(VECTOR_ADD, unjitted, measure_throughput=False, verbose=False).cases[0].message
+    assert "needs `@triton.jit` on the line above its `def`" in said, said
+    said = check(VECTOR_ADD, silent, measure_throughput=False, verbose=False).cases[0].message
+    assert said.startswith("`add` raised ValueError: (no message)"), said
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's own errors")
+def test_the_usual_slips_in_an_interpreted_kernel_are_named_with_their_line():
+    said = _first_message(_sum_with_dim)
+    assert "take `axis=` where PyTorch's take `dim=`" in said and "in _sum_with_dim, line" in said, said
+    said = _first_message(_with_libdevice)
+    assert "cannot run libdevice functions" in said and "in _with_libdevice, line" in said, said
 
 
 @triton.jit
@@ -529,6 +618,32 @@ def test_a_notebook_shows_any_error_inside_an_interpreted_kernel_in_two_lines():
     first, where = raised.value._render_traceback_()
     assert first == "ValueError in the kernel: Cannot make_shape_compatible: incompatible dimensions at index 0: 8 and 4"
     assert where.startswith("  in _adds_mismatched_shapes, line ") and "tl.zeros([BLOCK // 2]" in where
+
+@triton.jit
+def _writes_into_the_next_block_of_x(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    total = tl.load(x_ptr + offsets, mask=offsets < n) + tl.load(y_ptr + offsets, mask=offsets < n)
+    tl.store(out_ptr + offsets, total, mask=offsets < n)
+    tl.store(x_ptr + offsets + BLOCK, total, mask=offsets + BLOCK < n)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's race check")
+def test_a_kernel_writing_into_an_input_is_told_so_not_that_it_races():
+    def add(x, y):
+        out = torch.empty_like(x)
+        _writes_into_the_next_block_of_x[(triton.cdiv(x.numel(), 8),)](x, y, out, x.numel(), BLOCK=8)
+        return out
+
+    messages = {c.message for c in check(VECTOR_ADD, add, measure_throughput=False, verbose=False).cases
+                if not c.passed and "same failure" not in c.message}
+    assert messages == {"input 0 was changed by the call: write results to a new tensor, not into the inputs."}, messages
+
+
+def test_an_infinite_output_is_said_to_be_infinitely_wrong():
+    from autograder.correctness import compare
+    table = compare(torch.tensor([float("inf"), 1.0]), torch.tensor([1.0, 1.0]), 1e-6, 1e-6)
+    assert "worst abs error inf, worst rel error inf" in table.splitlines()[0], table
+
 
 def test_a_mismatch_shows_the_inputs_at_the_index_beside_the_values():
     from autograder.correctness import compare

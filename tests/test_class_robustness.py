@@ -116,7 +116,10 @@ def impostor_files(course: Path) -> dict[str, str]:
             "torch.py": mark}
 
 
-UNREADABLE = {"not_json": '{"cells": [ this is not JSON', "no_cells": None}
+UNREADABLE = {"not_json": '{"cells": [ this is not JSON', "no_cells": None,
+              "surrogate": json.dumps({"cells": [{"cell_type": "code", "source": "# \ud83d", "metadata": {},
+                                                  "outputs": [], "execution_count": None}],
+                                       "metadata": {}, "nbformat": 4, "nbformat_minor": 4})}
 REGRADED = ["raises", "mallory"]
 
 
@@ -220,6 +223,7 @@ REASON = {
     "syntax_error": "your answer cells raised SyntaxError when run on their own: expected ':': `def add(x, y)`",
     "not_json": f"{PS1}.ipynb is not a readable notebook (NotJSONError",
     "no_cells": f"{PS1}.ipynb has no cells",
+    "surrogate": f"{PS1}.ipynb is not a readable notebook (UnicodeEncodeError: 'utf-8' codec can't encode",
 }
 HIDDEN_REASON = REASON | {  # what a case's own run said stays out of a hidden test's verdict
     "raises": "`add` raised an exception.",
@@ -425,6 +429,45 @@ time.sleep(300)"""
     done = run_sandboxed([sys.executable, "-c", hidden], tmp_path, 5)
     for pid in done.output.split():
         assert_gone(pid)
+
+
+def test_what_the_code_leaves_in_a_folder_too_deep_to_name_is_stopped_too(tmp_path):
+    """A process whose working folder is past PATH_MAX has a ``/proc/PID/cwd`` that cannot be read."""
+    sandbox.become_subreaper()
+    deep = """import os, time
+for _ in range(25):
+    os.mkdir("x" * 200); os.chdir("x" * 200)
+print(os.posix_spawn("/bin/sleep", ["sleep", "300"], dict(os.environ), setsid=True), flush=True)
+time.sleep(300)"""
+    done = run_sandboxed([sys.executable, "-c", deep], tmp_path, 3)
+    assert_gone(done.output.split()[0])
+
+
+def test_shared_memory_the_code_leaves_is_removed(tmp_path):
+    """System V shared memory outlives its process and counts against no memory cap."""
+    left = """import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+print(libc.shmget(0, 1 << 20, 0o1600), libc.msgget(0, 0o1600), libc.semget(0, 1, 0o1600), flush=True)
+time.sleep(300)"""
+    done = run_sandboxed([sys.executable, "-c", left], tmp_path, 3)
+    made = dict(zip(("shm", "msg", "sem"), map(int, done.output.split())))
+    assert min(made.values()) >= 0, done.output
+    assert not {(kind, ident) for kind, ident in made.items()} & set(sandbox.ipc_objects())
+
+
+def test_a_tree_thousands_of_folders_deep_is_removed(tmp_path):
+    top = tmp_path / "left"
+    here = os.getcwd()
+    try:
+        os.makedirs(top)
+        os.chdir(top)
+        for _ in range(3000):
+            os.mkdir("d")
+            os.chdir("d")
+    finally:
+        os.chdir(here)
+    sandbox.remove_tree(top)
+    assert not top.exists()
 
 
 def assert_gone(pid: str) -> None:

@@ -280,6 +280,8 @@ def test_every_reference_answer_reads_as_nothing_to_review():
     ("torch.save(x, buffer)", "torch.save (a tensor's bytes serialised)"),
     ("__builtins__['len'] = None", "__builtins__ (code or names built at run time)"),
     ("weakref.finalize(x, print)", "weakref (code that runs after a call returns)"),
+    ("_os.posix_spawn('/bin/sleep', ['sleep', '9'], {})", "os.posix_spawn (processes, threads, signals or sockets)"),
+    ("libc.shmget(7, 1 << 27, 0o1666)", "shmget (processes, threads, signals or sockets)"),
 ])
 @pytest.mark.parametrize("version", [4, 3])  # nbgrader grades a version 3 notebook too, upgraded
 def test_reaching_around_the_rules_is_named_for_review(tmp_path, code, named, version):
@@ -316,3 +318,14 @@ def test_the_class_table_shows_control_characters_and_does_not_obey_them():
                          reasons=["test_correctness: \x1b[2K\x1b[1Gmallory 10/10 all passed"])
     line = table(PS1, [grade]).splitlines()[-1]
     assert "\x1b" not in line and "\\x1b[2K\\x1b[1Gmallory 10/10" in line and "7.5/10" in line
+
+
+def test_a_failed_nbgraders_reason_is_the_exception_it_raised_not_its_pointer_to_it():
+    log = """[AutogradeApp | ERROR] There was an error processing assignment: /course/submitted/eve/ps1
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/nbgrader/converters/base.py", line 371, in convert_single_notebook
+UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud83d' in position 3: surrogates not allowed
+[AutogradeApp | WARNING] Removing failed assignment: /course/autograded/eve/ps1
+nbgrader.converters.base.NbGraderException: Please see the the above traceback for details."""
+    assert grade_workers._last_error(log).startswith("UnicodeEncodeError: 'utf-8' codec can't encode")
+    assert grade_workers._last_error("[AutogradeApp | ERROR] the kernel died") == "[AutogradeApp | ERROR] the kernel died"

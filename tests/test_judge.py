@@ -96,6 +96,32 @@ def test_the_reference_passes_in_a_clean_process(graded_here):
     assert isolated().correct
 
 
+def test_answer_cells_run_as_jupyter_runs_them(graded_here):
+    """Each cell compiled on its own (a ``from __future__`` import is the cell's own); a cell
+    magic's body runs; line magics and shell lines do nothing, and are such only where a
+    statement starts: ``%`` beginning a continued line is Python's (black breaks lines so)."""
+    answer = ("%%time\nfrom __future__ import annotations\n%matplotlib inline\n!true\nlisted = !ls\n"
+              "WRAP = (\n    7\n    % 4\n)\nassert WRAP == 3, WRAP\n"
+              + solution_section("solutions/broadcast_add.py", "add"))
+    write_notebook(graded_here, answer)
+    assert isolated().correct
+
+
+def test_an_output_the_channel_cannot_carry_fails_its_own_case_alone(graded_here):
+    """A uint16 output is a wrong dtype, said as one, not a broken channel that ends the runner."""
+    answer = solution_section("solutions/broadcast_add.py", "add") + """
+_calls, _right = [0], add
+
+def add(x, y):
+    _calls[0] += 1
+    out = _right(x, y)
+    return torch.empty(out.shape, dtype=torch.uint16, device=out.device) if _calls[0] == 2 else out
+"""
+    write_notebook(graded_here, answer)
+    failed = [c for c in isolated().cases if not c.passed]
+    assert len(failed) == 1 and "output dtype is torch.uint16, expected" in failed[0].message, failed
+
+
 def test_a_students_tests_share_a_compile_cache_of_their_own(graded_here):
     mark = "\nimport os\nopen(os.path.join(os.environ['TRITON_CACHE_DIR'], 'graded'), 'a').write('x')\n"
     write_notebook(graded_here, solution_section("solutions/broadcast_add.py", "add") + mark)
@@ -171,10 +197,10 @@ def test_the_baseline_runner_loads_nothing_from_a_cache_student_code_writes(monk
             caches[trusted] = cache
 
     monkeypatch.setattr(sandbox, "Sandboxed", Started)
-    for code in (None, "def add(x, y): pass"):
+    for code in (None, ("def add(x, y): pass",)):
         runner = judging.Runner(ADD, code, time.monotonic() + 60, 60, begin=False)
         runner.channel.close()
-        runner.folder.cleanup()
+        sandbox.remove_tree(runner.folder)
     assert caches[True] != caches[False] == judging.compile_cache()
 
 
@@ -283,10 +309,10 @@ def test_a_students_tests_share_one_runner_and_one_baseline(graded_here, started
 
 def test_a_runner_runs_no_student_code_before_it_begins(graded_here):
     """A student's runner imports while the judge calibrates the baseline, and waits."""
-    runner = judging.Runner(ADD, SETUP + "\nopen('ran', 'w').close()\n" + REFERENCE_ADD, time.monotonic() + 120, 120,
+    runner = judging.Runner(ADD, (SETUP, "open('ran', 'w').close()\n" + REFERENCE_ADD), time.monotonic() + 120, 120,
                             begin=False)
     try:
-        marker = Path(runner.folder.name, "work", "ran")
+        marker = runner.folder / "work" / "ran"
         time.sleep(5)  # time enough to import and run the cells, were it let
         assert not marker.exists()
         assert runner.begin().error is None and marker.exists()

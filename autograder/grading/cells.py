@@ -23,16 +23,43 @@ def _cells(text: str) -> list:
     return data["cells"] if isinstance(data.get("cells"), list) else []
 
 
-def answer_code(notebook: Path, with_setup: bool = False) -> str:
+def answer_cells(notebook: Path, with_setup: bool = False) -> tuple[str, ...]:
     """The answer cells (nbgrader's solution cells), in order, with the locked ``setup`` cell
-    before them where ``with_setup``; IPython magics and shell lines dropped. Cells or fields of
-    the wrong type count as empty."""
+    before them where ``with_setup``, each as plain Python: a cell magic's line (``%%time``)
+    blanked, so that its body runs; line magics and shell lines (``%matplotlib inline``,
+    ``!pip list``) as IPython reads them, only where a statement starts, which makes them calls
+    on ``get_ipython()``: a runner's stands in and does nothing (:class:`.runner.NoShell`).
+    Cells or fields of the wrong type count as empty."""
     chosen = []
     for cell in _cells(notebook.read_text()):
         flags = _field(_field(cell, "metadata"), "nbgrader")
         wanted = flags.get("solution") or (with_setup and flags.get("grade_id") == "setup")
         if isinstance(cell, dict) and cell.get("cell_type") == "code" and wanted:
             source = cell.get("source", "")
-            chosen.append("".join(source) if isinstance(source, list) else str(source))
-    return "\n\n".join("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
-                       for source in chosen)
+            chosen.append(_as_python("".join(source) if isinstance(source, list) else str(source)))
+    return tuple(chosen)
+
+
+def _as_python(source: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is not None and lines[first].startswith("%%"):
+        lines[first] = ""
+    return TransformerManager().transform_cell("\n".join(lines))
+
+
+def answer_code(notebook: Path, with_setup: bool = False) -> str:
+    """:func:`answer_cells` as one text, as :func:`joined` writes them."""
+    return joined(answer_cells(notebook, with_setup))[0]
+
+
+def joined(cells: tuple[str, ...]) -> tuple[str, list[int]]:
+    """The text of a file holding ``cells`` one after another, a blank line between them, and
+    the line (counted from 0) each starts on."""
+    starts, line = [], 0
+    for source in cells:
+        starts.append(line)
+        line += source.count("\n") + 2
+    return "\n\n".join(cells), starts

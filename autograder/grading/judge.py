@@ -59,7 +59,7 @@ from ..language import say
 from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Case, Exercise
 from . import host_modules, protocol, sandbox
-from .cells import answer_code
+from .cells import answer_cells, joined
 
 if TYPE_CHECKING:
     from . import clock
@@ -115,8 +115,9 @@ class Runner:
     process has crashed, hung or broken the protocol, :attr:`ended` says so. It runs in a
     scratch folder of its own, removed when it stops."""
 
-    def __init__(self, exercise: Exercise, code: str | None, deadline: float, limit_s: float, begin: bool = True):
-        """Start the process; with ``begin``, also wait until it has run the answer cells
+    def __init__(self, exercise: Exercise, code: tuple[str, ...] | None, deadline: float, limit_s: float,
+                 begin: bool = True):
+        """Start the process, which runs the cells ``code`` (None: serve the reference); with ``begin``, also wait until it has run the answer cells
         (:meth:`begin`). Until then a student's runner only imports: none of their code runs."""
         self.exercise, self.code, self.deadline, self.limit_s = exercise, code, deadline, limit_s
         self.restarts = 0
@@ -130,15 +131,17 @@ class Runner:
         self.ended: str | None = None
         self.ended_brief: str | None = None
         """:attr:`ended` without the process's output (for a verdict on hidden cases)."""
-        self.folder = tempfile.TemporaryDirectory(prefix="grading-")
-        scratch = Path(self.folder.name, "work")
-        scratch.parent.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
+        self.folder = Path(tempfile.mkdtemp(prefix="grading-"))
+        scratch = self.folder / "work"
+        self.folder.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
         scratch.mkdir()
         answer = scratch / "answer.py"
-        answer.write_text(code or "")
+        text, starts = joined(code or ())
+        answer.write_text(text)
         ours, theirs = socket.socketpair()
         self.channel = ours
-        cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno())]
+        cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno()),
+               "--cells", ",".join(map(str, starts))]
         self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
                                          hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR, settings.GRADING_RECORD.name),
                                          cache=compile_cache(trusted=code is None),
@@ -232,7 +235,7 @@ class Runner:
         returncode = None if timed_out is not False else self.process.wait(5)
         finished = self.process.stop()
         self.channel.close()
-        self.folder.cleanup()
+        sandbox.remove_tree(self.folder)
         last = "\n".join(line[:300] for line in finished.output.strip().splitlines()[-6:])
         last = "\n" + say("Its last output:\n{output}", output=last) if last else ""
         if timed_out is None:
@@ -293,7 +296,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     budget = settings.GRADING_TIMEOUT_S.get()
     deadline = time.monotonic() + budget
     notebook = find_notebook(exercise.name)
-    code = answer_code(notebook, with_setup=True)
+    code = answer_cells(notebook, with_setup=True)
     where, seed = device.current(), secrets.randbits(31)
     # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
     key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))

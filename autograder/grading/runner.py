@@ -58,14 +58,30 @@ class _HiddenPackages:
         return None
 
 
-def run_answer(path: Path) -> tuple[dict, str | None]:
-    """Run the setup and answer cells as a notebook would (module ``__main__``); their
-    namespace, and why they failed if they did."""
+class NoShell:
+    """What ``get_ipython()`` gives the answer cells in a runner, which is no IPython: the magics
+    and shell lines a notebook may hold (``%matplotlib inline``, ``!pip list``), which reach it
+    as calls (:func:`.cells.answer_cells`), do nothing while the cells are graded."""
+
+    def _nothing(self, *args, **kwargs) -> None:
+        return None
+
+    run_line_magic = run_cell_magic = system = getoutput = _nothing
+
+
+def run_answer(path: Path, starts: list[int]) -> tuple[dict, str | None]:
+    """Run the setup and answer cells as a notebook would (module ``__main__``), each compiled
+    on its own (a ``from __future__`` import is a cell's own), the cells starting on the lines
+    ``starts`` of ``path`` (counted from 0); their namespace, and why they failed if they did."""
     module = types.ModuleType("__main__")
+    module.get_ipython = NoShell
     sys.modules["__main__"] = module
     sys.meta_path.insert(0, _HiddenPackages)
+    lines, name = path.read_text().split("\n"), str(path.resolve())
+    bounds = [*starts, len(lines)]
     try:
-        exec(compile(path.read_text(), str(path.resolve()), "exec"), vars(module))
+        for start, end in zip(bounds, bounds[1:]):  # padded so each line keeps its number in the file
+            exec(compile("\n" * start + "\n".join(lines[start:end]), name, "exec"), vars(module))
         return vars(module), None
     except Exception as exc:  # the answer cells fail when run on their own
         # a syntax error's line number counts from the top of setup + answers: show the line
@@ -111,6 +127,22 @@ def interference(exercise, before: Surroundings) -> dict | None:
     return None
 
 
+def unsendable(exercise, case, outs: tuple) -> dict | None:
+    """A reply for outputs the channel cannot carry (:data:`.protocol.DTYPES`, at most
+    :data:`.protocol.MAX_DIMS` dimensions), worded as the judge words a wrong dtype or shape;
+    else None. Sent, they would end the runner, and with it every case after this one."""
+    for out in outs:
+        if str(out.dtype).removeprefix("torch.") not in protocol.DTYPES:
+            message = (say("output dtype is {got}, expected {want}.", got=out.dtype, want=exercise.output_dtype)
+                       if exercise.output_dtype else
+                       say("output dtype is {got}, expected {want} (the inputs' dtype).", got=out.dtype, want=case.dtype))
+            return {"problem": message, "kind": "dtype"}
+        if out.dim() > protocol.MAX_DIMS:
+            return {"problem": say("the output has {count} dimensions, more than PyTorch's result has.",
+                                   count=out.dim()), "kind": "shape"}
+    return None
+
+
 def fresh_copy(t):
     """``t``'s elements, contiguous, through PyTorch's own methods (``TensorBase``'s, which no
     Python code can replace), not ``torch.Tensor``'s."""
@@ -150,6 +182,8 @@ class Server:
                                      all_threads=True)
         if problem is not None:
             return {"problem": problem.message, "kind": problem.kind}, []
+        if reply := unsendable(self.exercise, case, outs):
+            return reply, []
         if self.device != "cuda":  # the elements alone: a view sends every byte its strides span
             handed = [fresh_copy(o) for o in outs]
             return interference(self.exercise, self.before) or {"problem": None}, handed
@@ -228,6 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("answer", type=Path, help="the setup and answer cells, as a .py file")
     parser.add_argument("exercise")
     parser.add_argument("fd", type=int, help="the channel to the judge")
+    parser.add_argument("--cells", default="0", help="the line each cell starts on, counted from 0, comma-separated")
     parser.add_argument("--reference", action="store_true", help="serve the PyTorch reference instead")
     args = parser.parse_args(argv)
     channel = socket.socket(fileno=args.fd)
@@ -260,7 +295,7 @@ def main(argv=None) -> int:
         return 0
     guards.count_audit_hooks()
     before = Surroundings.now()
-    namespace, error = run_answer(args.answer)
+    namespace, error = run_answer(args.answer, [int(line) for line in args.cells.split(",") if line])
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
         error = say("your answer cells define no function `{function}`.", function=exercise.function)

@@ -14,13 +14,12 @@ gradebook) are closed to it with ordinary permissions (:func:`close_to_others`).
 from __future__ import annotations
 
 import codecs
-import contextlib
+import errno
 import functools
 import os
 import pwd
 import re
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -104,19 +103,17 @@ def grading_user() -> pwd.struct_passwd | None:
 
 
 def remove_tree(top: Path) -> None:
-    """Remove a folder that a student's code wrote in, whatever permissions it left inside (a
-    folder made read-only keeps its files from ``shutil.rmtree`` unless the grader is root).
-    Call it once that code has stopped. Links are removed, never followed."""
+    """Remove a folder that a student's code wrote in (or sent), whatever it left inside: a
+    folder made read-only (which keeps its files from ``rm`` unless the grader is root), a
+    tree thousands of folders deep. Call it once that code has stopped. Links are removed,
+    never followed; it never raises. coreutils' ``chmod -R`` and ``rm -r`` walk a tree of any
+    depth; Python 3.11's ``shutil.rmtree`` and ``os.walk`` recurse once per level and raise
+    ``RecursionError`` past about a thousand (``ignore_errors`` does not catch it)."""
+    top = Path(top)
     if not top.is_dir() or top.is_symlink():
         return
-    top.chmod(0o700)
-    for folder, dirs, _ in os.walk(top):  # top-down: each folder opened before it is walked
-        for name in dirs:
-            path = Path(folder, name)
-            if not path.is_symlink():
-                with contextlib.suppress(OSError):
-                    path.chmod(0o700)
-    shutil.rmtree(top, ignore_errors=True)
+    for cmd in (["chmod", "-R", "u+rwx", "--", str(top)], ["rm", "-rf", "--one-file-system", "--", str(top)]):
+        subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def close_to_others(*paths: Path) -> None:
@@ -171,6 +168,8 @@ class Sandboxed:
         self.process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds,
                                         **as_user)
+        self.uid = as_user.get("user", os.geteuid())
+        self.ipc_before = ipc_objects()
         _live.add(self.process.pid)
         _started.add(self.process.pid)
         _scratch.add(Path(cwd).resolve())
@@ -211,10 +210,48 @@ class Sandboxed:
         self.process.wait()
         _live.discard(self.process.pid)
         reap_orphans()
+        remove_ipc_left(self.ipc_before, self.uid)
         self.reader.join(timeout=10)  # a grandchild that left the group may hold the pipe open
         middle = "\n" + say("[... {count} characters of output left out ...]", count=self.dropped) + "\n" \
             if self.dropped else ""
         return Finished(returncode, self.head + middle + self.tail)
+
+
+_IPC_RMID = 0
+
+
+def ipc_objects() -> dict[tuple[str, int], dict[str, int]]:
+    """The machine's System V IPC objects, by kind (``shm``, ``msg``, ``sem``) and id, each
+    with the fields ``/proc/sysvipc`` gives it (``cuid``, the creator's user; ``nattch``,
+    for shared memory, how many processes have it attached)."""
+    found = {}
+    for kind in ("shm", "msg", "sem"):
+        try:
+            header, *rows = Path("/proc/sysvipc", kind).read_text().splitlines()
+        except OSError:
+            continue
+        names = header.split()
+        for row in rows:
+            fields = dict(zip(names, map(int, row.split())))
+            found[(kind, fields[names[1]])] = fields
+    return found
+
+
+def remove_ipc_left(before: dict, uid: int) -> None:
+    """Remove the System V IPC objects that ``uid`` made since :func:`ipc_objects` gave
+    ``before`` and that nothing has attached: what a stopped process's code left. Shared memory
+    made so outlives every process, counts against no memory cap, and could carry data from
+    one student's grading to the next. Landlock and the seccomp filter leave these calls open
+    (the CUDA driver's needs are not known to exclude them), so they are cleaned up instead."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    for (kind, ident), fields in ipc_objects().items():
+        if (kind, ident) in before or fields.get("cuid") != uid or fields.get("nattch", 0):
+            continue
+        if kind == "sem":
+            libc.semctl(ident, 0, _IPC_RMID)
+        else:
+            getattr(libc, f"{kind}ctl")(ident, _IPC_RMID, None)
 
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -250,10 +287,14 @@ def _tasks() -> dict[int, tuple[int, bool]]:
     for task in Path("/proc").glob("[0-9]*"):
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            cwd = None if fields[0] == "Z" else Path(os.readlink(task / "cwd"))  # a zombie has none
         except (OSError, IndexError):
             continue
-        in_scratch = cwd is not None and any(cwd == f or f in cwd.parents for f in _scratch)
+        cwd, too_deep = None, False
+        try:
+            cwd = None if fields[0] == "Z" else Path(os.readlink(task / "cwd"))  # a zombie has none
+        except OSError as error:  # gone, or working in a folder too deep to name: only a student's code goes there
+            too_deep = error.errno == errno.ENAMETOOLONG
+        in_scratch = too_deep or cwd is not None and any(cwd == f or f in cwd.parents for f in _scratch)
         left_behind = int(fields[3]) in _started or in_scratch or _seccomp_filters(task.name) > mine
         tasks[int(task.name)] = (int(fields[1]), left_behind)
     return tasks

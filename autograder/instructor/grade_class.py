@@ -182,10 +182,12 @@ def _rubric_differs(course: Path, assignment: str) -> list[str]:
 
 
 def unreadable(course: Path, assignment: str, student: str) -> str | None:
-    """Why a submitted notebook cannot be graded at all (not JSON, no cells), or None."""
+    """Why a submitted notebook cannot be graded at all (not JSON, text nbgrader cannot write out
+    again such as a lone UTF-16 surrogate, no cells), or None."""
     for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
         try:
             nb = nbformat.read(path, as_version=4)
+            nbformat.writes(nb).encode()
         except Exception as error:  # any parse failure: the student gets the reason
             return f"{path.name} is not a readable notebook ({type(error).__name__}: {str(error).splitlines()[0]})"
         if not nb.cells:

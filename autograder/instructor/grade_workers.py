@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import select
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -35,6 +35,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from sqlalchemy.exc import SAWarning
 
 from .. import settings
+from ..grading.sandbox import remove_tree
 
 STUDENT_TIMEOUT_S = 1800
 """For all of one student's grading: above the judge's limits on each graded test."""
@@ -267,7 +268,7 @@ def _attempt(job: Job, workdir: Path, env: dict[str, str], timeout_s: float, sto
     both folders are removed afterwards, even when grading was stopped mid-way. A service whose
     student nbgrader failed is not used again."""
     root = workdir / f"{job.assignment}-{job.student}"
-    shutil.rmtree(root, ignore_errors=True)
+    remove_tree(root)
     scratch = Path(tempfile.mkdtemp(prefix="student-", dir=env.get("TMPDIR")))
     scratch.chmod(0o711)  # a grading user reaches its runners' folders inside, and lists nothing
     service, problem = None, "not graded"
@@ -296,8 +297,8 @@ def _attempt(job: Job, workdir: Path, env: dict[str, str], timeout_s: float, sto
     finally:
         if service is not None:
             _give_back(service, env, keep=problem is None)
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(root)
+        remove_tree(scratch)
 
 
 def recorded_seeds(record: Path) -> dict[str, int]:
@@ -307,8 +308,12 @@ def recorded_seeds(record: Path) -> dict[str, int]:
 
 
 def _last_error(output: str) -> str:
+    """Why nbgrader failed, from what it printed: the last exception raised (``UnicodeEncodeError:
+    ...``) but nbgrader's own pointer to it (``NbGraderException: Please see the above
+    traceback``), else the last line that names an error, else the last line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()] or lines or ["nbgrader failed"]
+    raised = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line) and "above traceback" not in line]
+    errors = raised or [line for line in lines if "error" in line.lower()] or lines or ["nbgrader failed"]
     return errors[-1]
 
 
@@ -404,7 +409,7 @@ def _replace_folder(target: Path, files: dict[str, tuple[int, bytes]]) -> None:
     """Swap ``target`` for a folder holding ``files`` (none: remove it), by renames."""
     new, old = target.with_name(f".{target.name}.new"), target.with_name(f".{target.name}.old")
     for leftover in (new, old):
-        shutil.rmtree(leftover, ignore_errors=True)
+        remove_tree(leftover)
     if files:
         for name, (mode, content) in files.items():
             (new / name).parent.mkdir(parents=True, exist_ok=True)
@@ -414,7 +419,7 @@ def _replace_folder(target: Path, files: dict[str, tuple[int, bytes]]) -> None:
         os.replace(target, old)
     if files:
         os.replace(new, target)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_tree(old)
 
 
 class LocalPool:

@@ -17,7 +17,8 @@ REACHES = (
      r"|torch\._C\b|torch\.ops\b|\baten\b|torch\.library\b|\bcustom_op\b|\bLibrary\s*\(",
      "PyTorch's dispatch internals, which record the ops it calls"),
     (r"\bautograder\b|\bsolutions\b|\bnbgrader\b", "the course's own grading code"),
-    (r"\b(subprocess|multiprocessing|threading|signal|socket|asyncio)\b|os\.(fork|system|exec|spawn|kill)",
+    (r"\b(subprocess|multiprocessing|threading|signal|socket|asyncio|sysv_ipc|shmget|msgget|semget)\b"
+     r"|os\.(fork\w*|system|popen|exec\w*|spawn\w*|posix_spawnp?|kill\w*)",
      "processes, threads, signals or sockets"),
     (r"\b(exec|eval|compile|__import__|getattr|setattr|globals|vars)\s*\(|\bimportlib\b|\bbuiltins\b"
      r"|__builtins__", "code or names built at run time"),
