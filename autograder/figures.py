@@ -21,6 +21,8 @@ Where the figures come from:
   folds its figures into figures.json; then sync.
 - :data:`DERIVED`: arithmetic on those (a ratio, a share of the copy bandwidth, the time some
   bytes take at a measured rate).
+- the class tables of GPU sessions (``results/gpu/class-grading-*.md``): each problem set's
+  reference as the judge timed it in every committed class run (:func:`class_runs`).
 - the declarations, not a measurement: ``<exercise>.threshold``, the throughput threshold an
   exercise declares (``<!--fig:ps1_broadcast_add.threshold:g-->0.8×<!--/fig-->``), so prose that
   quotes a threshold follows a change to it in one sync.
@@ -144,7 +146,7 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         if name in figs:
             raise ValueError(f"{_relative(registry)}: {name} is also a figure of {_relative(results)}")
         figs[name] = Figure(**entry)
-    figs |= _declared()
+    figs |= _declared() | class_runs()
     for name, (unit, formula) in DERIVED.items():
         used = []
 
@@ -167,6 +169,43 @@ def _declared() -> dict[str, Figure]:
     return {f"{ex.name}.threshold": Figure(ex.throughput.threshold, "×", "declared", "any",
                                            f"the declaration of {ex.name}")
             for ex in exercises.EXERCISES.values() if ex.throughput is not None}
+
+
+_TABLE_HEADING = re.compile(r"## (\S+): .*?\((NVIDIA [^,]+),")
+_REFERENCE_ROW = re.compile(r"\| ref \| [\d.]+/[\d.]+ \| [\d.]+ \| all passed: (\S+) throughput: ([\d.]+)× "
+                            r".*?\(needs ≥ [\d.]+×\) on (.+?): ")
+
+
+def class_runs(folder: Path = REGISTRY.parent) -> dict[str, Figure]:
+    """The judge's verdicts on each problem set's reference in the committed class tables
+    (``class-grading-DATE*.md``, written by ``tests/test_class_on_gpu.py``), on the case its
+    declaration times now: ``<exercise>.judge_low`` and ``.judge_high`` (ratios) and
+    ``.judge_runs`` (how many verdicts), dated by the newest table, the cards named; and
+    ``class_runs.tables``, how many tables there are, with every card they name."""
+    from . import exercises
+
+    runs: dict[str, list[tuple[float, str, str]]] = {}
+    tables = sorted(folder.glob("class-grading-*.md"))
+    for path in tables:
+        date, card = re.search(r"\d{4}-\d{2}-\d{2}", path.name)[0], ""
+        for line in path.read_text().splitlines():
+            if heading := _TABLE_HEADING.match(line):
+                card = heading[2].removeprefix("NVIDIA ")
+            elif (row := _REFERENCE_ROW.match(line)) and row[1] in exercises.ASSIGNMENTS \
+                    and row[3] == exercises.get(row[1]).throughput.case.label:
+                runs.setdefault(row[1], []).append((float(row[2]), date, card))
+    source, everything = f"{_relative(folder)}/class-grading-*.md", [run for seen in runs.values() for run in seen]
+    if not everything:
+        return {}
+    figs = {"class_runs.tables": Figure(len(tables), "", max(d for _, d, _ in everything),
+                                        ", ".join(sorted({c for _, _, c in everything})), source)}
+    for name, seen in runs.items():
+        ratios, date = [r for r, _, _ in seen], max(d for _, d, _ in seen)
+        cards = ", ".join(sorted({c for _, _, c in seen}))
+        figs |= {f"{name}.judge_low": Figure(min(ratios), "×", date, cards, source),
+                 f"{name}.judge_high": Figure(max(ratios), "×", date, cards, source),
+                 f"{name}.judge_runs": Figure(len(ratios), "", date, cards, source)}
+    return figs
 
 
 def fill(text: str, figs: dict[str, Figure] | None = None, where: str = "") -> str:

@@ -126,9 +126,8 @@ def test_the_kernel_runs_its_exit_functions_before_it_is_killed(submitted, tmp_p
     student's temporary folder, which run_job is kept from removing here)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    rmtree = shutil.rmtree
-    monkeypatch.setattr(shutil, "rmtree", lambda path, *args, **kwargs: None if Path(path).parent == scratch
-                        else rmtree(path, *args, **kwargs))
+    remove = grade_workers.remove_tree
+    monkeypatch.setattr(grade_workers, "remove_tree", lambda path: None if Path(path).parent == scratch else remove(path))
     job = grade_workers.make_job(submitted, PS1, "ada", grade_workers.snapshot(submitted / "gradebook.db"))
     graded = grade_workers.run_job(job, tmp_path / "work", env={"TMPDIR": str(scratch)})
     grade_workers.close_services()

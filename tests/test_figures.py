@@ -105,3 +105,21 @@ def test_a_notebook_whose_figure_drifted_is_reported():
         cell.source = figures.MARKER.sub(lambda m: m[0].replace(m["text"], "4,140 GB/s"), cell.source, count=1)
     changes = kit.sync_of_a_changed_copy(ROOT / "notebooks" / "01_ninja_gap.ipynb", drift)
     assert any(c.endswith("(figures)") for c in changes), changes
+
+
+def test_the_judges_verdicts_on_each_reference_are_read_from_the_class_tables(tmp_path):
+    """Only a reference's row on the case its declaration times now counts."""
+    row = "| ref | 10/10 | 20.1 | all passed: ps1_broadcast_add throughput: {ratio}× torch.add (needs ≥ 0.8×) on {case}: x |"
+    (tmp_path / "class-grading-2026-12-06b-h100.md").write_text("\n".join([
+        "## ps1_broadcast_add: 4 students in 92 s on 1 GPU(s) (NVIDIA H100 80GB HBM3, torch 2.11.0+cu130)", "",
+        row.format(ratio="1.12", case="8192×8192 float32 + (8192,)"),
+        row.format(ratio="9.99", case="2^26 float32"),  # a case the declaration no longer times
+        "| ada | 3/10 | 17.2 | test_correctness: partial credit |"]))
+    (tmp_path / "class-grading-2026-12-07-h200.md").write_text("\n".join([
+        "## ps1_broadcast_add: 4 students in 80 s on 1 GPU(s) (NVIDIA H200, torch 2.11.0+cu130)", "",
+        row.format(ratio="1.31", case="8192×8192 float32 + (8192,)")]))
+    figs = figures.class_runs(tmp_path)
+    low, high, runs = (figs[f"ps1_broadcast_add.judge_{k}"] for k in ("low", "high", "runs"))
+    assert (low.value, high.value, runs.value) == (1.12, 1.31, 2)
+    assert (runs.date, runs.card) == ("2026-12-07", "H100 80GB HBM3, H200")
+    assert (figs["class_runs.tables"].value, figures.class_runs(tmp_path / "none")) == (2, {})

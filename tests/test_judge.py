@@ -17,7 +17,7 @@ from autograder import exercises, settings
 from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
-from autograder.grading.cells import answer_code
+from autograder.grading.cells import answer_cells, answer_code
 from autograder.instructor.sync import solution_section
 from conftest import DEVICE, ROOT
 
@@ -105,6 +105,15 @@ def test_answer_cells_run_as_jupyter_runs_them(graded_here):
               + solution_section("solutions/broadcast_add.py", "add"))
     write_notebook(graded_here, answer)
     assert isolated().correct
+
+
+def test_a_cell_magic_runs_its_body_only_where_the_body_is_python(tmp_path):
+    cells = [nbformat.v4.new_code_cell(source) for source in
+             ("%%time\nx = 1\n", "%%bash\necho hi > there\n", "%%writefile helper.py\nimport nothing_here\n")]
+    for c in cells:
+        c.metadata["nbgrader"] = {"solution": True, "grade_id": c.id}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "a.ipynb")
+    assert answer_cells(tmp_path / "a.ipynb") == ("x = 1\n", "", "")
 
 
 def test_an_output_the_channel_cannot_carry_fails_its_own_case_alone(graded_here):

@@ -25,8 +25,9 @@ def _cells(text: str) -> list:
 
 def answer_cells(notebook: Path, with_setup: bool = False) -> tuple[str, ...]:
     """The answer cells (nbgrader's solution cells), in order, with the locked ``setup`` cell
-    before them where ``with_setup``, each as plain Python: a cell magic's line (``%%time``)
-    blanked, so that its body runs; line magics and shell lines (``%matplotlib inline``,
+    before them where ``with_setup``, each as plain Python: a Python cell magic's line
+    (``%%time``) blanked, so that its body runs, and any other cell magic's cell (``%%bash``)
+    left empty; line magics and shell lines (``%matplotlib inline``,
     ``!pip list``) as IPython reads them, only where a statement starts, which makes them calls
     on ``get_ipython()``: a runner's stands in and does nothing (:class:`.runner.NoShell`).
     Cells or fields of the wrong type count as empty."""
@@ -40,12 +41,18 @@ def answer_cells(notebook: Path, with_setup: bool = False) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+"""Cell magics whose body is Python, run as such; any other's (``%%bash``, ``%%writefile``) is not."""
+
+
 def _as_python(source: str) -> str:
     from IPython.core.inputtransformer2 import TransformerManager
 
     lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is not None and lines[first].startswith("%%"):
+        if (lines[first][2:].split() or [""])[0] not in PYTHON_CELL_MAGICS:
+            return ""
         lines[first] = ""
     return TransformerManager().transform_cell("\n".join(lines))
 
