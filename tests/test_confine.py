@@ -36,6 +36,16 @@ x = torch.arange(10.0, device=device.current().device)  # compiled into the scra
 y = torch.empty_like(x)
 double[(1,)](x, y, 10, BLOCK=16)
 secret, shared, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+def message_queue(name):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mq_open(name.encode(), os.O_CREAT | os.O_RDWR, 0o600, None) == -1:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    libc.mq_unlink(name.encode())
+
+
 attempts = {
     "read the course": lambda: open(secret).read(),
     "list the course": lambda: os.listdir(os.path.dirname(secret)),
@@ -54,6 +64,11 @@ attempts = {
     "read a shared folder": lambda: os.listdir(shared),
     "read the checker": lambda: open(Path(confine.__file__)).read(),
     "write the scratch folder": lambda: Path("written").write_text("ok"),
+    "change a file's mode": lambda: os.chmod(secret, 0o666),
+    "change a file's owner": lambda: os.chown(secret, -1, -1),
+    "change a file's times": lambda: os.utime(secret, (0, 0)),
+    "set a file's attribute": lambda: os.setxattr(secret, "user.planted", b"1"),
+    "make a message queue": lambda: message_queue(f"/planted-{os.getpid()}"),
 }
 outcome = {}
 for name, attempt in attempts.items():
@@ -91,12 +106,15 @@ def test_a_confined_process_runs_kernels_but_reaches_nothing_of_the_course(tmp_p
     denied = ["read the course", "list the course", "read a solution", "list the checkout",
               "write a shared folder", "make a file in /dev/shm", "read the grader's memory", "read a shared folder"]
     denied += ["connect over TCP", "send over UDP", "make a Unix socket", "open a new terminal", "write the kernel's log"]
+    denied += ["change a file's mode", "change a file's owner", "change a file's times", "set a file's attribute",
+               "make a message queue"]
     denied += ["signal the grader"] if result["abi"] >= 6 else []
     assert {k: v for k, v in result["outcome"].items() if k in denied} == dict.fromkeys(denied, "PermissionError")
     assert result["outcome"]["read the checker"] == result["outcome"]["write the scratch folder"] == "allowed"
     assert result["outcome"]["write /dev/null"] == "allowed"
     assert result["capabilities"] == 0  # even where the grader runs as root
     assert (tmp_path / "scratch" / "written").read_text() == "ok"
+    assert (tmp_path / "course" / "gradebook.db").stat().st_mode & 0o777 != 0o666
     assert len(result["compiled"]) == DEVICE.has_gpu  # on a GPU, Triton compiled into the scratch folder
 
 
@@ -121,10 +139,12 @@ def test_without_landlock_nothing_is_restricted_and_the_instructor_is_told(monke
 
 
 @needs_landlock
-def test_the_summary_names_what_is_confined():
+def test_the_summary_names_what_is_confined(monkeypatch):
+    monkeypatch.delenv(sandbox.GRADING_USER_VAR, raising=False)
     text = confine.summary()
     assert f"ABI {confine.abi()}" in text and "writes only its scratch folder" in text
     assert ("cannot signal the grader" in text) == (confine.abi() >= 6)
+    assert ("/etc/shadow" in text) == (os.geteuid() == 0)  # root's own files: a grading user of its own
 
 
 def test_when_confinement_fails_none_of_the_students_code_runs(monkeypatch, tmp_path):

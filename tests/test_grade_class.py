@@ -282,6 +282,7 @@ def test_every_reference_answer_reads_as_nothing_to_review():
     ("weakref.finalize(x, print)", "weakref (code that runs after a call returns)"),
     ("_os.posix_spawn('/bin/sleep', ['sleep', '9'], {})", "os.posix_spawn (processes, threads, signals or sockets)"),
     ("libc.shmget(7, 1 << 27, 0o1666)", "shmget (processes, threads, signals or sockets)"),
+    ("os.chmod('/course/gradebook.db', 0o666)", "chmod (a file's mode, owner, times or attributes"),
 ])
 @pytest.mark.parametrize("version", [4, 3])  # nbgrader grades a version 3 notebook too, upgraded
 def test_reaching_around_the_rules_is_named_for_review(tmp_path, code, named, version):

@@ -17,7 +17,7 @@ from autograder import exercises, settings
 from autograder.check import GradingFailure, grade
 from autograder.assignments.ps1_broadcast_add import EXERCISE as ADD
 from autograder.grading import judge as judging
-from autograder.grading.cells import answer_cells, answer_code
+from autograder.grading.cells import answer_code
 from autograder.instructor.sync import solution_section
 from conftest import DEVICE, ROOT
 
@@ -97,38 +97,47 @@ def test_the_reference_passes_in_a_clean_process(graded_here):
 
 
 def test_answer_cells_run_as_jupyter_runs_them(graded_here):
-    """Each cell compiled on its own (a ``from __future__`` import is the cell's own); a cell
-    magic's body runs; line magics and shell lines do nothing, and are such only where a
-    statement starts: ``%`` beginning a continued line is Python's (black breaks lines so)."""
-    answer = ("%%time\nfrom __future__ import annotations\n%matplotlib inline\n!true\nlisted = !ls\n"
+    """Each cell compiled on its own (a ``from __future__`` import is the cell's own); the
+    Python of ``%%capture``, ``%%time`` and ``%time`` runs (a kernel defined there too), other
+    magics and shell lines do nothing, and are such only where a statement starts: ``%``
+    beginning a continued line is Python's (black breaks lines so)."""
+    answer = ("%%capture\n%%time\nfrom __future__ import annotations\n%matplotlib inline\n!true\nlisted = !ls\n"
               "WRAP = (\n    7\n    % 4\n)\nassert WRAP == 3, WRAP\n"
-              + solution_section("solutions/broadcast_add.py", "add"))
+              + solution_section("solutions/broadcast_add.py", "add")
+              + "\n_x = torch.ones(4, 4, device=device.device)\n%time _out = add(_x, _x[0])\nassert _out.shape == (4, 4)\n")
     write_notebook(graded_here, answer)
-    assert isolated().correct
+    result = isolated()
+    assert result.correct, result.summary()
 
 
-def test_a_cell_magic_runs_its_body_only_where_the_body_is_python(tmp_path):
-    cells = [nbformat.v4.new_code_cell(source) for source in
-             ("%%time\nx = 1\n", "%%bash\necho hi > there\n", "%%writefile helper.py\nimport nothing_here\n")]
-    for c in cells:
-        c.metadata["nbgrader"] = {"solution": True, "grade_id": c.id}
-    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "a.ipynb")
-    assert answer_cells(tmp_path / "a.ipynb") == ("x = 1\n", "", "")
+def test_a_magic_runs_in_grading_only_where_its_code_is_python(tmp_path, monkeypatch):
+    from autograder.grading.runner import NoShell
+    monkeypatch.chdir(tmp_path)
+    shell = NoShell()
+    assert shell.run_cell_magic("bash", "", "echo hi > there\n") is None
+    assert shell.run_cell_magic("writefile", "helper.py", "import nothing_here\n") is None
+    assert shell.system("touch there") is None and not list(tmp_path.iterdir())
+    assert shell.run_line_magic("time", "6 * 7") == 42
 
 
-def test_an_output_the_channel_cannot_carry_fails_its_own_case_alone(graded_here):
-    """A uint16 output is a wrong dtype, said as one, not a broken channel that ends the runner."""
-    answer = solution_section("solutions/broadcast_add.py", "add") + """
+@pytest.mark.parametrize("wrong, said", [
+    ("torch.empty(out.shape, dtype=torch.uint16, device=out.device)", "output dtype is torch.uint16, expected"),
+    ("torch.empty((3 * out.shape[0], out.shape[1]), device=out.device)", "more than PyTorch's result could"),
+    ("torch.empty((0, 1 << 50), device=out.device)", "output shape is (0, 1125899906842624), far larger"),
+])
+def test_an_output_the_channel_cannot_carry_fails_its_own_case_alone(graded_here, wrong, said):
+    """A wrong dtype or shape, said as one, not a broken channel that ends the runner."""
+    answer = solution_section("solutions/broadcast_add.py", "add") + f"""
 _calls, _right = [0], add
 
 def add(x, y):
     _calls[0] += 1
     out = _right(x, y)
-    return torch.empty(out.shape, dtype=torch.uint16, device=out.device) if _calls[0] == 2 else out
+    return {wrong} if _calls[0] == 2 else out
 """
     write_notebook(graded_here, answer)
     failed = [c for c in isolated().cases if not c.passed]
-    assert len(failed) == 1 and "output dtype is torch.uint16, expected" in failed[0].message, failed
+    assert len(failed) == 1 and said in failed[0].message, failed
 
 
 def test_a_students_tests_share_a_compile_cache_of_their_own(graded_here):
@@ -193,6 +202,29 @@ def host_modules_here(tmp_path, monkeypatch):
     judging.clean_up()
     yield host_modules.folder()
     judging.clean_up()
+
+
+def test_thousands_of_answer_cells_start_a_runner_all_the_same(monkeypatch):
+    """Where each cell starts goes in a file: 25,000 cells' lines would not fit a command line."""
+    from autograder.grading import sandbox
+    started = []
+    monkeypatch.setattr(sandbox, "Sandboxed", lambda cmd, **kwargs: started.append(cmd))
+    runner = judging.Runner(ADD, ("x = 1",) * 30_000, time.monotonic() + 60, 60, begin=False)
+    runner.channel.close()
+    try:
+        assert len(" ".join(started[0])) < 1000
+        starts = (runner.folder / "work" / "cells.txt").read_text().split(",")
+        assert len(starts) == 30_000 and starts[:3] == ["0", "2", "4"]
+    finally:
+        sandbox.remove_tree(runner.folder)
+
+
+def test_a_cell_of_hundreds_of_magics_is_read_in_no_time():
+    """IPython's transformer reads a whole cell again for each magic it turns into a call."""
+    from autograder.grading.cells import as_python
+    start = time.monotonic()
+    python = as_python("x = 1\n" + "%time y = 2\n" * 2000)
+    assert time.monotonic() - start < 5 and python.startswith("x = 1") and "%time" not in python
 
 
 def test_the_baseline_runner_loads_nothing_from_a_cache_student_code_writes(monkeypatch):

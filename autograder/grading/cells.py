@@ -25,11 +25,10 @@ def _cells(text: str) -> list:
 
 def answer_cells(notebook: Path, with_setup: bool = False) -> tuple[str, ...]:
     """The answer cells (nbgrader's solution cells), in order, with the locked ``setup`` cell
-    before them where ``with_setup``, each as plain Python: a Python cell magic's line
-    (``%%time``) blanked, so that its body runs, and any other cell magic's cell (``%%bash``)
-    left empty; line magics and shell lines (``%matplotlib inline``,
-    ``!pip list``) as IPython reads them, only where a statement starts, which makes them calls
-    on ``get_ipython()``: a runner's stands in and does nothing (:class:`.runner.NoShell`).
+    before them where ``with_setup``, each as plain Python (:func:`as_python`): magics and
+    shell lines (``%matplotlib inline``, ``!pip list``, ``%%time``) become calls on
+    ``get_ipython()``, for which a runner's stand-in runs the Python of :data:`PYTHON_MAGICS`
+    and does nothing else (:class:`.runner.NoShell`).
     Cells or fields of the wrong type count as empty."""
     chosen = []
     for cell in _cells(notebook.read_text()):
@@ -37,24 +36,31 @@ def answer_cells(notebook: Path, with_setup: bool = False) -> tuple[str, ...]:
         wanted = flags.get("solution") or (with_setup and flags.get("grade_id") == "setup")
         if isinstance(cell, dict) and cell.get("cell_type") == "code" and wanted:
             source = cell.get("source", "")
-            chosen.append(_as_python("".join(source) if isinstance(source, list) else str(source)))
+            chosen.append(as_python("".join(source) if isinstance(source, list) else str(source)))
     return tuple(chosen)
 
 
-PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
-"""Cell magics whose body is Python, run as such; any other's (``%%bash``, ``%%writefile``) is not."""
+PYTHON_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+"""Magics whose code is Python, which a runner runs (once, untimed); any other (``%%bash``,
+``%%writefile``, ``%matplotlib``) does nothing there."""
+MAX_MAGIC_LINES = 50
+"""Past this many lines that may be magics in one cell, IPython's transformer (which reads the
+whole cell again for each) would take minutes: such a cell's magic lines are dropped instead."""
 
 
-def _as_python(source: str) -> str:
+def as_python(source: str) -> str:
+    """A cell as plain Python, as IPython reads it: magics and shell lines, only where a
+    statement starts, become calls on ``get_ipython()``."""
     from IPython.core.inputtransformer2 import TransformerManager
 
-    lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is not None and lines[first].startswith("%%"):
-        if (lines[first][2:].split() or [""])[0] not in PYTHON_CELL_MAGICS:
-            return ""
-        lines[first] = ""
-    return TransformerManager().transform_cell("\n".join(lines))
+    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    lines = source.split("\n")
+    if sum(line.lstrip().startswith(("%", "!")) for line in lines) <= MAX_MAGIC_LINES:
+        try:
+            return TransformerManager().transform_cell(source)
+        except (RuntimeError, SyntaxError, ValueError):  # a cell IPython cannot read: run it as Python, below
+            pass
+    return "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
 
 
 def answer_code(notebook: Path, with_setup: bool = False) -> str:

@@ -186,9 +186,21 @@ _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _SECCOMP_ALLOW, _SECCOMP_REFUSE = 0x7FFF0000, 0x00050000 | errno.EACCES
 _BPF_LOAD_WORD, _BPF_JEQ, _BPF_JGE, _BPF_RETURN = 0x20, 0x15, 0x35, 0x06
 _X32_CALLS = 0x40000000
-_NO_SOCKETS = {"x86_64": (0xC000003E, (41, 425)), "aarch64": (0xC00000B7, (198, 425))}
-"""By machine: its audit architecture, and the numbers of ``socket`` and of ``io_uring_setup``
-(an io_uring request can open a socket too)."""
+_NEWER_CALLS = (452, 463, 466)  # fchmodat2, setxattrat, removexattrat: one number on every machine
+_REFUSED = {
+    "x86_64": (0xC000003E, (41, 425, 240, 90, 91, 268, 92, 93, 94, 260, 132, 235, 261, 280,
+                            188, 189, 190, 197, 198, 199, *_NEWER_CALLS)),
+    "aarch64": (0xC00000B7, (198, 425, 180, 52, 53, 54, 55, 88, 5, 6, 7, 14, 15, 16, *_NEWER_CALLS)),
+}
+"""By machine: its audit architecture, and the numbers of the calls a runner may not make:
+``socket`` and ``io_uring_setup`` (an io_uring request can open a socket too), ``mq_open`` (a
+POSIX message queue outlives its process, and is made even where opening it is refused), and
+every call that changes a file's mode, owner, times or extended attributes (``chmod``,
+``fchmod``, ``fchmodat``, ``chown``, ``fchown``, ``lchown``, ``fchownat``, ``utime``,
+``utimes``, ``futimesat``, ``utimensat``, the ``*setxattr`` and ``*removexattr`` calls):
+Landlock does not cover those, so a runner could open the gradebook or the hidden tests to
+every user. ``ld`` ignores the refusal of its ``chmod`` of a library it links (a shared library
+loads without its execute bits)."""
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 
@@ -201,10 +213,10 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _no_sockets_filter(machine: str) -> list[tuple[int, int, int, int]]:
-    """A seccomp program refusing (EACCES) ``socket``, ``io_uring_setup`` and every call of a
+def _refusing_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """A seccomp program refusing (EACCES) the calls of :data:`_REFUSED` and every call of a
     foreign ABI (32-bit calls from a 64-bit process, x32's); allowing the rest."""
-    arch, numbers = _NO_SOCKETS[machine]
+    arch, numbers = _REFUSED[machine]
     checks = ([(_BPF_JGE, _X32_CALLS)] if machine == "x86_64" else []) + [(_BPF_JEQ, n) for n in numbers]
     program = [(_BPF_LOAD_WORD, 0, 0, 4), (_BPF_JEQ, 1, 0, arch), (_BPF_RETURN, 0, 0, _SECCOMP_REFUSE),
                (_BPF_LOAD_WORD, 0, 0, 0)]
@@ -216,9 +228,10 @@ def _no_sockets_filter(machine: str) -> list[tuple[int, int, int, int]]:
 def drop_privileges() -> None:
     """For good, for this process and all it starts: no new socket (the judge's channel is
     inherited; a new one could reach a local service or send data off the machine, over UDP or a
-    Unix socket, which Landlock does not cover) and no capability (root's would let the code
-    type into any terminal or bypass file permissions). Sockets stay allowed only on a machine
-    other than x86-64 and ARM64, or a kernel without seccomp."""
+    Unix socket, which Landlock does not cover), no change to any file's mode, owner, times or
+    attributes, no POSIX message queue (:data:`_REFUSED`), and no capability (root's would let
+    the code type into any terminal or bypass file permissions). The calls stay allowed only on
+    a machine other than x86-64 and ARM64, or a kernel without seccomp."""
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise ConfinementError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
     for capability in range(64):  # the bounding set: what an exec could give back
@@ -229,9 +242,9 @@ def drop_privileges() -> None:
     if _libc.capset(header, data) != 0:
         raise ConfinementError(ctypes.get_errno(), "capset failed: the grading process kept its capabilities")
     machine = platform.machine()
-    if machine not in _NO_SOCKETS:
+    if machine not in _REFUSED:
         return
-    program = (_SockFilter * len(_no_sockets_filter(machine)))(*_no_sockets_filter(machine))
+    program = (_SockFilter * len(_refusing_filter(machine)))(*_refusing_filter(machine))
     prog = _SockFprog(len(program), program)
     if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         error = ctypes.get_errno()
@@ -250,4 +263,8 @@ def summary() -> str:
               "writes only its scratch folder and Triton cache"]
     limits += ["opens no terminal or device but the GPU's", "makes no socket", "holds no capability"]
     limits += ["cannot signal the grader"] if version >= 6 else []
-    return f"Student code is confined by Landlock (ABI {version}): it " + ", ".join(limits) + "."
+    text = f"Student code is confined by Landlock (ABI {version}): it " + ", ".join(limits) + "."
+    if os.geteuid() == 0 and settings.GRADING_USER.get() is None:
+        text += (f" It runs as root (without capabilities), so it can read root's own files in the folders it may "
+                 f"read (/etc/shadow among them): set {settings.GRADING_USER.name}=nobody.")
+    return text

@@ -138,10 +138,11 @@ class Runner:
         answer = scratch / "answer.py"
         text, starts = joined(code or ())
         answer.write_text(text)
+        (scratch / "cells.txt").write_text(",".join(map(str, starts)))  # thousands of cells: too long for argv
         ours, theirs = socket.socketpair()
         self.channel = ours
         cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno()),
-               "--cells", ",".join(map(str, starts))]
+               "--cells", "cells.txt"]
         self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
                                          hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR, settings.GRADING_RECORD.name),
                                          cache=compile_cache(trusted=code is None),
@@ -196,7 +197,7 @@ class Runner:
         """The student's outputs for ``inputs``, which the judge drew for ``case`` from ``seed``:
         the runner draws its own copy from the same two."""
         max_bytes = _output_bytes(self.exercise, inputs)
-        header, out = self.request({"op": "call", "case": pickle.dumps(case).hex(), "seed": seed}, (),
+        header, out = self.request({"op": "call", "case": pickle.dumps(case).hex(), "seed": seed, "max_bytes": max_bytes}, (),
                                    max_bytes=max_bytes, limit_s=self.exercise.time_limit_s)
         if self.ended:  # run_cases says so in the judge's words (ended_brief)
             return None, Problem(self.ended, "ended")

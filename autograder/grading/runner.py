@@ -18,6 +18,8 @@ reference instead of any student's code, which the judge times as the baseline.
 from __future__ import annotations
 
 import argparse
+import itertools
+import linecache
 import os
 import socket
 import sys
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from ..language import say
 from . import confine, protocol, sandbox
+from .cells import PYTHON_MAGICS, as_python
 
 HIDDEN_PACKAGES = ("solutions",)
 """Not importable by the student's code while it is graded: the reference kernels."""
@@ -59,14 +62,42 @@ class _HiddenPackages:
 
 
 class NoShell:
-    """What ``get_ipython()`` gives the answer cells in a runner, which is no IPython: the magics
-    and shell lines a notebook may hold (``%matplotlib inline``, ``!pip list``), which reach it
-    as calls (:func:`.cells.answer_cells`), do nothing while the cells are graded."""
+    """What ``get_ipython()`` gives the answer cells in a runner, which is no IPython: the
+    magics and shell lines a notebook may hold reach it as calls (:func:`.cells.answer_cells`).
+    The Python of :data:`.cells.PYTHON_MAGICS` (``%time out = f(x)``, a ``%%capture`` cell) runs
+    once, untimed, in ``__main__``, as Jupyter would run it; anything else (``%matplotlib
+    inline``, ``!pip list``, a ``%%bash`` cell) does nothing while the cells are graded."""
+
+    def run_line_magic(self, name: str, line: str, *args, **kwargs):
+        if name not in PYTHON_MAGICS:
+            return None
+        code = as_python(line)
+        try:  # an expression gives its value (``out = %time f(x)``), a statement runs
+            return eval(compile(code, _filed(code), "eval"), vars(sys.modules["__main__"]))
+        except SyntaxError:
+            exec(compile(code, _filed(code), "exec"), vars(sys.modules["__main__"]))
+            return None
+
+    def run_cell_magic(self, name: str, line: str, cell: str, *args, **kwargs) -> None:
+        if name in PYTHON_MAGICS:
+            code = as_python(cell)
+            exec(compile(code, _filed(code), "exec"), vars(sys.modules["__main__"]))
 
     def _nothing(self, *args, **kwargs) -> None:
         return None
 
-    run_line_magic = run_cell_magic = system = getoutput = _nothing
+    system = getoutput = _nothing
+
+
+_MAGICS_RUN = itertools.count()
+
+
+def _filed(code: str) -> str:
+    """A name of its own that ``code`` is filed under in ``linecache``, as IPython files a cell:
+    Triton reads a kernel's source through ``inspect``, which finds it there."""
+    name = f"<answer magic {next(_MAGICS_RUN)}>"
+    linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+    return name
 
 
 def run_answer(path: Path, starts: list[int]) -> tuple[dict, str | None]:
@@ -127,11 +158,20 @@ def interference(exercise, before: Surroundings) -> dict | None:
     return None
 
 
-def unsendable(exercise, case, outs: tuple) -> dict | None:
+def unsendable(exercise, case, outs: tuple, max_bytes: int | None = None) -> dict | None:
     """A reply for outputs the channel cannot carry (:data:`.protocol.DTYPES`, at most
-    :data:`.protocol.MAX_DIMS` dimensions), worded as the judge words a wrong dtype or shape;
-    else None. Sent, they would end the runner, and with it every case after this one."""
+    :data:`.protocol.MAX_DIMS` dimensions, sizes below :data:`.protocol.MAX_LAYOUT_VALUE`, at
+    most ``max_bytes`` in all, the judge's bound from PyTorch's result), worded as the judge
+    words a wrong dtype or shape; else None. Sent, they would end the runner, and with it every
+    case after this one."""
+    held = sum(out.numel() * out.element_size() for out in outs)
+    if max_bytes is not None and held > max_bytes:
+        return {"problem": say("the outputs hold {got:,} bytes, more than PyTorch's result could ({want:,}): "
+                               "check the output's shape.", got=held, want=max_bytes), "kind": "shape"}
     for out in outs:
+        if any(n >= protocol.MAX_LAYOUT_VALUE for n in out.shape):
+            return {"problem": say("output shape is {got}, far larger than PyTorch's result.", got=tuple(out.shape)),
+                    "kind": "shape"}
         if str(out.dtype).removeprefix("torch.") not in protocol.DTYPES:
             message = (say("output dtype is {got}, expected {want}.", got=out.dtype, want=exercise.output_dtype)
                        if exercise.output_dtype else
@@ -182,7 +222,7 @@ class Server:
                                      all_threads=True)
         if problem is not None:
             return {"problem": problem.message, "kind": problem.kind}, []
-        if reply := unsendable(self.exercise, case, outs):
+        if reply := unsendable(self.exercise, case, outs, header.get("max_bytes")):
             return reply, []
         if self.device != "cuda":  # the elements alone: a view sends every byte its strides span
             handed = [fresh_copy(o) for o in outs]
@@ -262,7 +302,8 @@ def main(argv=None) -> int:
     parser.add_argument("answer", type=Path, help="the setup and answer cells, as a .py file")
     parser.add_argument("exercise")
     parser.add_argument("fd", type=int, help="the channel to the judge")
-    parser.add_argument("--cells", default="0", help="the line each cell starts on, counted from 0, comma-separated")
+    parser.add_argument("--cells", type=Path, help="a file of the lines the cells start on, counted from 0, "
+                                                    "comma-separated (default: one cell)")
     parser.add_argument("--reference", action="store_true", help="serve the PyTorch reference instead")
     args = parser.parse_args(argv)
     channel = socket.socket(fileno=args.fd)
@@ -295,7 +336,8 @@ def main(argv=None) -> int:
         return 0
     guards.count_audit_hooks()
     before = Surroundings.now()
-    namespace, error = run_answer(args.answer, [int(line) for line in args.cells.split(",") if line])
+    starts = [int(line) for line in args.cells.read_text().split(",") if line] if args.cells else [0]
+    namespace, error = run_answer(args.answer, starts)
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
         error = say("your answer cells define no function `{function}`.", function=exercise.function)

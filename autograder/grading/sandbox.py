@@ -169,7 +169,7 @@ class Sandboxed:
                                         stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds,
                                         **as_user)
         self.uid = as_user.get("user", os.geteuid())
-        self.ipc_before = ipc_objects()
+        self.memory_before = shared_memory()
         _live.add(self.process.pid)
         _started.add(self.process.pid)
         _scratch.add(Path(cwd).resolve())
@@ -210,7 +210,7 @@ class Sandboxed:
         self.process.wait()
         _live.discard(self.process.pid)
         reap_orphans()
-        remove_ipc_left(self.ipc_before, self.uid)
+        remove_shared_memory_left(self.memory_before, self.uid)
         self.reader.join(timeout=10)  # a grandchild that left the group may hold the pipe open
         middle = "\n" + say("[... {count} characters of output left out ...]", count=self.dropped) + "\n" \
             if self.dropped else ""
@@ -220,38 +220,31 @@ class Sandboxed:
 _IPC_RMID = 0
 
 
-def ipc_objects() -> dict[tuple[str, int], dict[str, int]]:
-    """The machine's System V IPC objects, by kind (``shm``, ``msg``, ``sem``) and id, each
-    with the fields ``/proc/sysvipc`` gives it (``cuid``, the creator's user; ``nattch``,
-    for shared memory, how many processes have it attached)."""
-    found = {}
-    for kind in ("shm", "msg", "sem"):
-        try:
-            header, *rows = Path("/proc/sysvipc", kind).read_text().splitlines()
-        except OSError:
-            continue
-        names = header.split()
-        for row in rows:
-            fields = dict(zip(names, map(int, row.split())))
-            found[(kind, fields[names[1]])] = fields
-    return found
+def shared_memory() -> dict[int, dict[str, int]]:
+    """The machine's System V shared-memory segments by id, each with the fields
+    ``/proc/sysvipc/shm`` gives it (``cuid``, the creator's user; ``nattch``, how many
+    processes have it attached)."""
+    try:
+        header, *rows = Path("/proc/sysvipc/shm").read_text().splitlines()
+    except OSError:
+        return {}
+    names = header.split()
+    return {fields["shmid"]: fields for fields in (dict(zip(names, map(int, row.split()))) for row in rows)}
 
 
-def remove_ipc_left(before: dict, uid: int) -> None:
-    """Remove the System V IPC objects that ``uid`` made since :func:`ipc_objects` gave
-    ``before`` and that nothing has attached: what a stopped process's code left. Shared memory
-    made so outlives every process, counts against no memory cap, and could carry data from
-    one student's grading to the next. Landlock and the seccomp filter leave these calls open
-    (the CUDA driver's needs are not known to exclude them), so they are cleaned up instead."""
+def remove_shared_memory_left(before: dict, uid: int) -> None:
+    """Remove the System V shared-memory segments that ``uid`` made since
+    :func:`shared_memory` gave ``before`` and that nothing has attached: what a stopped
+    process's code left. Such memory outlives every process and counts against no memory cap.
+    The calls that make it stay open to the runner (whether the CUDA driver needs them is not
+    known), so it is cleaned up instead; another program of the same user making a segment
+    meanwhile and leaving it unattached loses it too: grade as a user of its own
+    (:data:`GRADING_USER_VAR`). Semaphores and message queues, a few bytes each, are left."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    for (kind, ident), fields in ipc_objects().items():
-        if (kind, ident) in before or fields.get("cuid") != uid or fields.get("nattch", 0):
-            continue
-        if kind == "sem":
-            libc.semctl(ident, 0, _IPC_RMID)
-        else:
-            getattr(libc, f"{kind}ctl")(ident, _IPC_RMID, None)
+    for ident, fields in shared_memory().items():
+        if ident not in before and fields.get("cuid") == uid and not fields.get("nattch"):
+            libc.shmctl(ident, _IPC_RMID, None)
 
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -31,6 +31,8 @@ REACHES = (
      r"|__traceback__|\btb_frame\b|\bf_back\b|\bf_locals\b|\bf_globals\b",
      "the process's internals"),
     (r"\b(fcntl|termios|pty|tty)\b|/dev/", "terminals and devices"),
+    (r"\b(l?chmod|fchmod\w*|l?chown|fchown\w*|utime\w*|\w*setxattr|\w*removexattr|mq_open)\b",
+     "a file's mode, owner, times or attributes, or a message queue"),
     (r"\.numpy\(|__array__|\.tolist\(|\bnumpy\b", "data taken to the host (NumPy, .tolist())"),
 )
 """(pattern, what it reaches for): what the rules inside the student's process watch or rely on."""
