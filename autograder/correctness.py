@@ -481,9 +481,11 @@ def _hints(error: BaseException, cause: BaseException, in_kernel: bool) -> list[
                     index=index, got=got, want=want)]
     if "unexpected keyword argument 'dim'" in text:
         return [say("Triton's reductions take `axis=` where PyTorch's take `dim=`: tl.sum(x, axis=0).")]
+    if not (in_kernel and "None" in text):
+        return []
     files = {f.filename for e in (error, cause) for f in traceback.extract_tb(e.__traceback__)
              if not f.filename.startswith(LIBRARY_DIRS)}
-    if in_kernel and "None" in text and any("libdevice" in "".join(linecache.getlines(name)) for name in files):
+    if any("libdevice" in "".join(linecache.getlines(name)) for name in files):
         return [say("Triton's interpreter cannot run libdevice functions (on the CPU they give None): use "
                     "triton.language's own (tl.exp, tl.log, tl.sqrt, tl.math...), or run on a GPU.")]
     return []

@@ -122,7 +122,7 @@ def test_a_magic_runs_in_grading_only_where_its_code_is_python(tmp_path, monkeyp
 
 @pytest.mark.parametrize("wrong, said", [
     ("torch.empty(out.shape, dtype=torch.uint16, device=out.device)", "output dtype is torch.uint16, expected"),
-    ("torch.empty((3 * out.shape[0], out.shape[1]), device=out.device)", "more than PyTorch's result could"),
+    ("torch.empty((3 * out.shape[0], out.shape[1]), device=out.device)", "more than PyTorch's result would hold"),
     ("torch.empty((0, 1 << 50), device=out.device)", "output shape is (0, 1125899906842624), far larger"),
 ])
 def test_an_output_the_channel_cannot_carry_fails_its_own_case_alone(graded_here, wrong, said):

@@ -117,7 +117,8 @@ class Runner:
 
     def __init__(self, exercise: Exercise, code: tuple[str, ...] | None, deadline: float, limit_s: float,
                  begin: bool = True):
-        """Start the process, which runs the cells ``code`` (None: serve the reference); with ``begin``, also wait until it has run the answer cells
+        """Start the process, which runs the cells ``code`` (None: serve the reference); with
+        ``begin``, also wait until it has run the answer cells
         (:meth:`begin`). Until then a student's runner only imports: none of their code runs."""
         self.exercise, self.code, self.deadline, self.limit_s = exercise, code, deadline, limit_s
         self.restarts = 0
@@ -197,7 +198,8 @@ class Runner:
         """The student's outputs for ``inputs``, which the judge drew for ``case`` from ``seed``:
         the runner draws its own copy from the same two."""
         max_bytes = _output_bytes(self.exercise, inputs)
-        header, out = self.request({"op": "call", "case": pickle.dumps(case).hex(), "seed": seed, "max_bytes": max_bytes}, (),
+        request = {"op": "call", "case": pickle.dumps(case).hex(), "seed": seed, "max_bytes": max_bytes}
+        header, out = self.request(request, (),
                                    max_bytes=max_bytes, limit_s=self.exercise.time_limit_s)
         if self.ended:  # run_cases says so in the judge's words (ended_brief)
             return None, Problem(self.ended, "ended")

@@ -72,10 +72,11 @@ class NoShell:
         if name not in PYTHON_MAGICS:
             return None
         code = as_python(line)
+        name, namespace = _filed(code), vars(sys.modules["__main__"])
         try:  # an expression gives its value (``out = %time f(x)``), a statement runs
-            return eval(compile(code, _filed(code), "eval"), vars(sys.modules["__main__"]))
+            return eval(compile(code, name, "eval"), namespace)
         except SyntaxError:
-            exec(compile(code, _filed(code), "exec"), vars(sys.modules["__main__"]))
+            exec(compile(code, name, "exec"), namespace)
             return None
 
     def run_cell_magic(self, name: str, line: str, cell: str, *args, **kwargs) -> None:
@@ -166,16 +167,18 @@ def unsendable(exercise, case, outs: tuple, max_bytes: int | None = None) -> dic
     case after this one."""
     held = sum(out.numel() * out.element_size() for out in outs)
     if max_bytes is not None and held > max_bytes:
-        return {"problem": say("the outputs hold {got:,} bytes, more than PyTorch's result could ({want:,}): "
-                               "check the output's shape.", got=held, want=max_bytes), "kind": "shape"}
+        return {"problem": say("the outputs hold {got:,} bytes, more than PyTorch's result would hold even in "
+                               "float64 ({want:,}): check the output's shape.", got=held, want=max_bytes),
+                "kind": "shape"}
     for out in outs:
         if any(n >= protocol.MAX_LAYOUT_VALUE for n in out.shape):
             return {"problem": say("output shape is {got}, far larger than PyTorch's result.", got=tuple(out.shape)),
                     "kind": "shape"}
         if str(out.dtype).removeprefix("torch.") not in protocol.DTYPES:
-            message = (say("output dtype is {got}, expected {want}.", got=out.dtype, want=exercise.output_dtype)
+            got = out.dtype
+            message = (say("output dtype is {got}, expected {want}.", got=got, want=exercise.output_dtype)
                        if exercise.output_dtype else
-                       say("output dtype is {got}, expected {want} (the inputs' dtype).", got=out.dtype, want=case.dtype))
+                       say("output dtype is {got}, expected {want} (the inputs' dtype).", got=got, want=case.dtype))
             return {"problem": message, "kind": "dtype"}
         if out.dim() > protocol.MAX_DIMS:
             return {"problem": say("the output has {count} dimensions, more than PyTorch's result has.",
