@@ -3,7 +3,7 @@ import importlib
 
 import pytest
 
-from autograder import check
+from autograder import check, exercises, figures
 from autograder.exercises import EXERCISES
 from conftest import DEVICE, ROOT
 
@@ -84,3 +84,19 @@ def test_every_random_draw_happens_where_its_generator_lives():
             if "generator" in keywords and "device" not in keywords:
                 strays.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not strays, strays
+
+
+THRESHOLD_MARGIN = 0.9
+"""A problem set's throughput threshold is at most this share of the slowest ratio the judge
+gave its reference in a committed class run: one reference's verdicts spread by about a tenth
+between runs and cards (PS4's 0.80-0.89× on H100s), and a student as fast as the reference
+must pass on every card the course was graded on."""
+
+
+@pytest.mark.parametrize("name", sorted(exercises.ASSIGNMENTS))
+def test_every_threshold_leaves_the_reference_a_margin_on_every_card_it_was_graded_on(name):
+    slowest = figures.class_runs()[f"{name}.judge_low"]  # KeyError: no class run of it committed
+    threshold = exercises.get(name).throughput.threshold
+    assert threshold <= THRESHOLD_MARGIN * slowest.value, (
+        f"{name}'s threshold {threshold:g}× leaves less than {1 - THRESHOLD_MARGIN:.0%} below the judge's "
+        f"slowest verdict on its reference, {slowest.value:g}× ({slowest.card}, results/gpu/class-grading-*.md)")

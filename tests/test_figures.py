@@ -6,7 +6,7 @@ import json
 import nbformat
 import pytest
 
-from autograder import device, figures, settings
+from autograder import device, exercises, figures, settings
 from autograder.instructor import sync, translation
 import kit
 from conftest import ROOT
@@ -27,6 +27,26 @@ def test_no_measured_figure_is_typed_outside_a_marker(path):
     typed = [f for text in _texts(path) for f in figures.unmarked(text)]
     assert not typed, (f"{typed}: mark each as <!--fig:NAME-->...<!--/fig--> (autograder.figures), or, for a "
                        "datasheet value or arithmetic, add it to figures.ALLOWED with the reason")
+
+
+@pytest.mark.parametrize("name", sorted(exercises.ASSIGNMENTS))
+def test_a_problem_sets_threshold_is_never_typed_in_its_notebook(name):
+    """Its rubric cell is generated from the declaration; any other cell marks the threshold
+    (PS4's goals once said 0.75× after its declaration had moved on)."""
+    nb = nbformat.read(ROOT / "source" / name / f"{name}.ipynb", as_version=4)
+    typed = [m[0] for cell in nb.cells if "role" not in cell.metadata.get("course", {})
+             for m in figures.FIGURE.finditer(figures.MARKER.sub("", cell.source))
+             if m["lead"] and m["figure"].endswith(("×", "倍"))]
+    assert not typed, f"{typed}: write <!--fig:{name}.threshold:g--><!--/fig--> and run `triton-course sync`"
+
+
+def test_the_readme_marks_the_threshold_of_every_exercise_its_tables_name():
+    names = {key.removesuffix(".threshold") for key in figures.recorded() if key.endswith(".threshold")}
+    rows = [(cells[1].strip(), line) for line in (ROOT / "README.md").read_text().splitlines()
+            if len(cells := line.split("|")) > 2 and cells[1].strip() in names]
+    assert len(rows) >= len(exercises.ASSIGNMENTS)
+    typed = [name for name, line in rows if f"<!--fig:{name}.threshold" not in line]
+    assert not typed, f"README's rows for {typed} type their threshold: mark it as <!--fig:NAME.threshold:g-->"
 
 
 @pytest.mark.parametrize("path", TEXT_FILES, ids=lambda p: str(p.relative_to(ROOT)))

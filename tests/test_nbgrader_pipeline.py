@@ -2,10 +2,12 @@
 grade the class, feedback and export, with simulated students; and every assignment's
 reference solution autograded."""
 import csv
+import itertools
 import json
 import multiprocessing
 import re
 import runpy
+import secrets
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,10 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import exercises
+from autograder import exercises, grading
+from autograder.correctness import InProcess, not_run_after_fault, run_cases
+from autograder.grading.judge import FAULT_RESTARTS
+from autograder.report import CheckResult
 from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1_EXERCISE
 from autograder.instructor import student_versions
 from autograder.instructor.grade_class import grade_class, saved, table
@@ -278,33 +283,47 @@ def graded_seeds(course: Path, assignment: str, student: str) -> dict[str, int]:
 def expected_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None = None) -> dict[str, float]:
     """What the answer earns by the self-check, run on this machine's cases; with ``seeds``
     (a part's name -> seed), on the inputs that grading drew, so a mistake that a draw can hide
-    is judged on the same draw. On a GPU each part in a process of its own, as grading gives
-    each its own runner: a mistake's stray store can break the CUDA context it ran in (an
-    illegal address), and every later call with it."""
-    parts = ("correctness", "hidden")
-    if not DEVICE.has_gpu:
-        return _self_checked_points(assignment, answer_cell, seeds, parts)
+    is judged on the same draw."""
+    spec = exercises.get(assignment)
     points = {"test_throughput": 0.0}
-    for part in parts:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            points |= pool.submit(_self_checked_points, assignment, answer_cell, seeds, (part,)).result()
+    for part, which in (("correctness", "visible"), ("hidden", "hidden")):
+        seed = (seeds or {}).get(part, secrets.randbits(31))
+        cases = _graded_cases(assignment, answer_cell, which, seed)
+        points[f"test_{part}"] = grading.points(spec, part, CheckResult(spec.name, seed, cases))
     return points
 
 
-def _self_checked_points(assignment: str, answer_cell: str, seeds: dict[str, int] | None, parts) -> dict[str, float]:
-    """:func:`expected_points` of ``parts``, in this process."""
-    from autograder import check, grading
+def _graded_cases(assignment: str, answer_cell: str, which: str, seed: int) -> list:
+    """The self-check's verdict on each of ``which`` cases, run as grading runs them: on a GPU
+    in a process of its own, and after a CUDA fault (a mistake's stray access breaks the
+    context it ran in, and every later call with it) the cases left in a new one, as the
+    judge restarts its runner, at most FAULT_RESTARTS times. Whether a stray read faults
+    depends on where the process's memory lies, so the self-check alone would lose the cases
+    after it that grading runs."""
+    if not DEVICE.has_gpu:
+        return _case_results(assignment, answer_cell, which, seed, 0)
+    results = []
+    for restarts in itertools.count():
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            got = pool.submit(_case_results, assignment, answer_cell, which, seed, len(results)).result()
+        lost = next((i for i, case in enumerate(got) if case.message == not_run_after_fault()), len(got))
+        if restarts == FAULT_RESTARTS or lost == len(got):
+            return results + got
+        results += got[:lost]
+
+
+def _case_results(assignment: str, answer_cell: str, which: str, seed: int, start: int) -> list:
+    """The self-check's verdict, in this process, on ``which`` cases from the ``start``-th on
+    (each drawn from the seed it has in the whole set)."""
     spec = exercises.get(assignment)
     nb = nbformat.read(ROOT / "source" / assignment / f"{assignment}.ipynb", as_version=4)
     setup, = [c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup"]
-    seeds = seeds or {}
     with tempfile.TemporaryDirectory() as folder:  # a file: @triton.jit reads its kernels' source
         module = Path(folder, f"{assignment}_answer.py")
         module.write_text(setup + "\n" + answer_cell)
         fn = runpy.run_path(str(module))[spec.function]
-        return {f"test_{part}": grading.points(spec, part, check(spec, fn, cases=cases, measure_throughput=False,
-                                                                 verbose=False, **({"seed": seeds[part]} if part in seeds else {})))
-                for part, cases in (("correctness", "visible"), ("hidden", "hidden")) if part in parts} | {"test_throughput": 0.0}
+        where = DEVICE.device
+        return run_cases(spec, InProcess(spec, fn, where), spec.cases(which, where)[start:], seed + start, where)
 
 
 def submit_reference_and_mistakes(course: Path, assignment: str) -> dict[str, str]:

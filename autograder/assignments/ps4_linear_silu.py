@@ -103,8 +103,10 @@ EXERCISE = Exercise(
     # pre-activation back and writes the output: 2·4096²·2 bytes = 67 MB more at 4096³ float16,
     # 14 µs at 4.8 TB/s against the matmul's ~190 µs. A fused kernel as fast as 80% of cuBLAS's
     # matmul is then at 0.86× the pair; the reference ran at 0.91-0.92× on an H200 (482 against
-    # 527 TFLOP/s, three timings, tiles 256×128×64).
-    throughput=Throughput(case=C((4096, 4096, 4096), _F16), threshold=0.75,
+    # 527 TFLOP/s, three timings, tiles 256×128×64). The judge gave it 0.80-0.89× on H100s (the
+    # class runs; 0.80× where cuBLAS itself ran at 529 TFLOP/s, not ~610), so the threshold
+    # sits 12% under its slowest verdict (tests/test_exercises.py asks for 10%).
+    throughput=Throughput(case=C((4096, 4096, 4096), _F16), threshold=0.7,
                           baseline="F.silu(F.linear(x, weight, bias))", flops=linear_silu_flops),
     tolerances=LINEAR_SILU_TOLERANCES,
     points={"correctness": 4, "hidden": 4, "throughput": 2},
