@@ -8,6 +8,7 @@ import secrets
 from . import device, exercises, throughput
 from .correctness import InProcess, run_cases
 from .language import say
+from .printed import first_lines
 from .report import CheckResult, ThroughputResult
 
 
@@ -30,16 +31,17 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
     where = device.current()
     seed = secrets.randbits(31) if seed is None else seed
     call = InProcess(spec, fn, where.device)
-    result = CheckResult(spec.name, seed, run_cases(spec, call, spec.cases(cases, where.device), seed, where.device))
-    if measure_throughput and spec.throughput is not None:
-        if not where.has_gpu:
-            largest = max(spec.cases(cases, where.device), key=lambda case: math.prod(case.shape))
-            result.throughput = throughput.not_measured(
-                throughput.traffic_note(spec, fn, seed, largest) if result.correct else "")
-        elif not result.correct:
-            result.throughput = ThroughputResult("not measured", say("not measured: fix correctness first."))
-        else:
-            result.throughput = throughput.measure(spec, fn, seed)
+    with first_lines():
+        result = CheckResult(spec.name, seed, run_cases(spec, call, spec.cases(cases, where.device), seed, where.device))
+        if measure_throughput and spec.throughput is not None:
+            if not where.has_gpu:
+                largest = max(spec.cases(cases, where.device), key=lambda case: math.prod(case.shape))
+                result.throughput = throughput.not_measured(
+                    throughput.traffic_note(spec, fn, seed, largest) if result.correct else "")
+            elif not result.correct:
+                result.throughput = ThroughputResult("not measured", say("not measured: fix correctness first."))
+            else:
+                result.throughput = throughput.measure(spec, fn, seed)
     if verbose:
         print(result.summary())
         if call.stray is not None:

@@ -12,7 +12,7 @@ import torch
 
 from .guards import (DATA_MOVEMENT_OPS, LIBRARY_DIRS, DataRace, GuardZones, KernelTimeout,
                      OutOfBoundsAccess, gpu_dot_precision, kernel_line, kernel_line_of, raised_inside,
-                     replaced_functions, time_limit, watch)
+                     replaced_functions, time_limit, unwritten, watch)
 from .language import say
 from .report import CaseResult
 from .spec import Case, Exercise
@@ -401,12 +401,14 @@ def compare(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
     lines = [say("{count} of {total} elements differ (atol={atol:g}, rtol={rtol:g}); worst abs error {abs_err:.3g}, "
                  "worst rel error {rel_err:.3g}", count=len(bad), total=out.numel(), atol=atol, rtol=rtol,
                  abs_err=err[~close].max().item(), rel_err=rel[~close].max().item())]
-    nan_new = int((got.isnan() & ~want.isnan()).sum())
+    never = unwritten(out)
+    nan_new = int((got.isnan() & ~want.isnan()).sum()) - never
     inf_new = int((got.isinf() & ~want.isinf()).sum())
-    if nan_new:
-        lines.append(say("your output has {nan} NaN and {inf} Inf where the reference has none (NaN also marks "
-                         "elements your kernel never wrote)", nan=nan_new, inf=inf_new))
-    elif inf_new:
+    if never:
+        lines.append(say("your kernel never wrote {count} of the output's elements: they still hold the NaN the "
+                         "check fills new tensors with (a grid too small, or a mask that leaves elements out?)",
+                         count=never))
+    if nan_new or inf_new:
         lines.append(say("your output has {nan} NaN and {inf} Inf where the reference has none",
                          nan=nan_new, inf=inf_new))
     beside = {}
@@ -436,7 +438,8 @@ def explain_exception(exercise: Exercise, error: BaseException) -> Problem:
                                        "finish sooner.", kernel=kernel, programs=programs))
         return Problem("\n".join([str(cause), *where]), "time")
     if isinstance(cause, OutOfBoundsAccess):
-        return Problem(say("your kernel accessed memory out of bounds: {cause}", cause=cause), "out_of_bounds")
+        return Problem("\n".join([say("your kernel accessed memory out of bounds: {cause}", cause=cause),
+                                  *kernel_line(cause.__traceback__)]), "out_of_bounds")
     if isinstance(cause, DataRace):
         return Problem("\n".join([say("your kernel has a race: {cause}", cause=cause), *kernel_line(cause.__traceback__)]),
                        "race")

@@ -150,6 +150,28 @@ ALLOCATING_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
 """Operations that make a fresh tensor: where an output is allocated."""
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
+_UNWRITTEN = {torch.float16: (torch.int16, 0x7E5A), torch.bfloat16: (torch.int16, 0x7FDA),
+              torch.float32: (torch.int32, 0x7FC05A5A), torch.float64: (torch.int64, 0x7FF805A5A5A5A5A5)}
+"""The NaN, as raw bits, that a function's uninitialised allocations are filled with: an element
+that still holds it was never written. A NaN from arithmetic has other bits (a GPU makes only
+the canonical one, a CPU its default or an operand's)."""
+
+
+def fill_unwritten(t: torch.Tensor) -> None:
+    """Fill ``t`` with the marked NaN of its dtype (plain NaN for other floats, -1 for integers)."""
+    if t.dtype in _UNWRITTEN:
+        t.view(_UNWRITTEN[t.dtype][0]).fill_(_UNWRITTEN[t.dtype][1])
+    else:
+        t.fill_(float("nan") if t.is_floating_point() else -1)
+
+
+def unwritten(t: torch.Tensor) -> int:
+    """How many elements of ``t`` still hold :func:`fill_unwritten`'s marked NaN."""
+    if t.dtype not in _UNWRITTEN:
+        return 0
+    as_int, bits = _UNWRITTEN[t.dtype]
+    return int((t.detach().view(as_int) == bits).sum())
+
 
 MAX_SCALAR_READS = 64
 """Values a call may read from its tensors one at a time (a length, a flag): more is arithmetic
@@ -202,7 +224,7 @@ class _OpRecorder(TorchDispatchMode):
             self.record.host.append(say("a copy from the GPU to the CPU ({op})", op=func))
         if name in ALLOCATING_OPS and isinstance(out, torch.Tensor):
             if name in _UNINITIALISED and self.fill:  # never-written elements then read NaN, not a stale answer
-                out.fill_(float("nan") if out.is_floating_point() else -1)
+                fill_unwritten(out)
             if self.zones is not None and out.is_cuda:
                 out = self.zones.place(out, say("the tensor your function made with torch.{op}", op=name))
         return out

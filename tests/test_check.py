@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from autograder import check, grade
+from autograder import check, grade, printed
 from autograder.check import GradingFailure
 from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1
 from autograder.lesson_kernels.vector_add import EXERCISE as VECTOR_ADD
@@ -98,6 +98,7 @@ def test_a_stray_store_in_a_helper_function_is_named_like_one_in_the_kernel():
     failed = failures(check(VECTOR_ADD, add_through_a_helper, measure_throughput=False, verbose=False))
     assert failed and all(c.message.startswith("your kernel accessed memory out of bounds: out-of-bounds store")
                           and "InterpreterError" not in c.message for c in failed), failed[0].message
+    assert failed[0].message.splitlines()[-1].strip().startswith("in _store_unmasked, line "), failed[0].message
 
 
 @torch.library.custom_op("course_test::clone", mutates_args=())
@@ -232,6 +233,36 @@ def test_wrong_values_get_a_mismatch_table():
     assert "1 of 1 elements differ" in first.message
     assert "1 NaN and 0 Inf where the reference has none" in first.message
     assert "yours" in first.message and "expected" in first.message
+
+
+@triton.jit
+def _square_root_of_a_negative(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, tl.sqrt(-1.0 - x * x), mask=mask)
+
+
+def test_elements_never_written_are_told_apart_from_a_nan_the_kernel_computed():
+    def grid_too_small(x, y):  # the last, partial block is never launched
+        out = torch.empty_like(x)
+        add_kernel[(x.numel() // 1024,)](x, y, out, x.numel(), BLOCK_SIZE=1024)
+        return out
+
+    def computes_a_nan(x, y):
+        out = torch.empty_like(x)
+        _square_root_of_a_negative[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK_SIZE=1024)
+        return out
+
+    def on_the_case(fn, label="1025 float32"):
+        result = check(VECTOR_ADD, fn, measure_throughput=False, verbose=False)
+        return next(c.message for c in result.cases if c.label == label)
+
+    unwritten = on_the_case(grid_too_small)
+    assert "your kernel never wrote 1 of the output's elements" in unwritten, unwritten
+    assert "where the reference has none" not in unwritten, unwritten
+    computed = on_the_case(computes_a_nan)
+    assert "1025 NaN and 0 Inf where the reference has none" in computed and "never wrote" not in computed, computed
 
 
 def test_changing_an_input_fails():
@@ -722,3 +753,21 @@ def test_a_check_in_a_process_whose_cuda_context_broke_earlier_says_to_restart_t
 
     with pytest.raises(RuntimeError, match="no GPU here"):  # any other error is the grader's own: raised
         check(dataclasses.replace(VECTOR_ADD, make_inputs=other_error), add, measure_throughput=False, verbose=False)
+
+
+def test_a_check_shows_the_first_lines_a_function_prints_and_counts_the_rest(capsys):
+    calls = []
+
+    def chatty(x, y):
+        calls.append(1)
+        for i in range(100):
+            print(f"debug {i}")
+        return _launch(x, y, torch.empty_like(x))
+
+    result = check(VECTOR_ADD, chatty, measure_throughput=False)
+    shown = capsys.readouterr().out.splitlines()
+    from_the_function = [line for line in shown if line.startswith("debug ")]
+    assert from_the_function == [f"debug {i % 100}" for i in range(printed.MAX_LINES)], from_the_function[-3:]
+    left_out = 100 * len(calls) - printed.MAX_LINES
+    assert f"({left_out:,} more lines that your code printed are left out; the first 200 are above.)" in shown
+    assert result.correct and shown[-1].strip().startswith("✅ passed")  # the summary itself is never cut
