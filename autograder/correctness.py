@@ -110,7 +110,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
             results.append(CaseResult(case.label, True, edge=edge))
             continue
         said = call.ended_brief if call.ended else brief(problem.kind, exercise.function)
-        results.append(CaseResult(case.label, False, problem.message, said, edge=edge))
+        results.append(CaseResult(case.label, False, problem.message, said, edge=edge, kind=problem.kind))
         if call.ended:
             ended = (call.ended, call.ended_brief)
         elif problem.kind == "cuda_fault" and not call.restart():

@@ -30,23 +30,23 @@ SCHEMA_FILE = QUIZ_DIR / "schema.json"
 _LABELS = {
     "en": {
         "check": "Check",
-        "show": "Show solution",
+        "show": "Show the case study's answer",
         "right": "✅ Correct!",
         "wrong": "❌ Incorrect",
         "choose": "Choose an option first.",
-        "solution": "Solution:",
+        "solution": "The case study's answer:",
         "check_later": "Answer: run this cell in Jupyter, or call .check()",
-        "show_later": "Solution: run this cell in Jupyter, or call .show()",
+        "show_later": "The case study's answer: run this cell in Jupyter, or call .show()",
     },
     "zh": {
         "check": "检查",
-        "show": "显示答案",
+        "show": "显示案例研究的答案",
         "right": "✅ 正确！",
         "wrong": "❌ 不正确",
         "choose": "请先选择一个选项。",
-        "solution": "答案：",
+        "solution": "案例研究给出的答案：",
         "check_later": "答案：请在 Jupyter 中运行此单元格，或调用 .check()",
-        "show_later": "答案：请在 Jupyter 中运行此单元格，或调用 .show()",
+        "show_later": "案例研究给出的答案：请在 Jupyter 中运行此单元格，或调用 .show()",
     },
 }
 

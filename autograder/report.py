@@ -35,6 +35,8 @@ class CaseResult:
     edge: bool = False
     """An answer that takes no real work (:attr:`autograder.spec.Exercise.edge`): it counts only
     beside a passed case that is not one."""
+    kind: str = ""
+    """What failed, as :func:`autograder.correctness.brief` names it (``values``, ``raised``, ...)."""
 
 
 @dataclass
@@ -120,7 +122,7 @@ class CheckResult:
             if not c.message:
                 continue
             kind = " ".join(NUMBER.sub("#", c.message).split())
-            if kind in first_seen:
+            if kind in first_seen and c.kind != "values":  # how many elements differ, and where, tells bugs apart
                 lines.append("     " + say("the same failure as the {label} case above", label=first_seen[kind]))
                 continue
             first_seen[kind] = c.label

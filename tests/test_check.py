@@ -510,6 +510,16 @@ def test_guard_zones_find_a_store_past_either_end_and_nothing_else():
         assert message and where in message and "the output (80 float32)" in message and "4 bytes" in message
 
 
+def test_the_summary_shows_every_mismatch_since_how_many_elements_differ_tells_bugs_apart():
+    from autograder.report import CaseResult, CheckResult
+    differ = "{} of {} elements differ (atol=1e-05, rtol=1e-05); worst abs error 1, worst rel error 1\n  index  yours"
+    result = CheckResult("add_bias", 7, [CaseResult("8×64 float32", False, differ.format(8, 512), kind="values"),
+                                         CaseResult("7×33 float32 strided", False, differ.format(199, 231),
+                                                    kind="values")])
+    text = result.summary()
+    assert "8 of 512 elements differ" in text and "199 of 231 elements differ" in text and "same failure" not in text
+
+
 def test_the_summary_says_passed_and_failed_in_words_and_names_a_repeated_failure_once():
     from autograder.report import CaseResult, CheckResult, ThroughputResult
     stray = "out-of-bounds store in program ({},): {} of 1024 active lanes fall outside the tensors"

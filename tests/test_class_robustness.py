@@ -101,6 +101,25 @@ ANSWERS = {
 }
 if confine.abi() >= 6:  # Landlock, signals scoped: grading must survive this one
     ANSWERS["vandal"] = REF + VANDAL
+# Keeps the shapes it is called with in its compile cache, which a student's tests share; a
+# runner that starts with some there raises them, into the visible test's feedback if that ran
+# after the hidden one (its cell moved below: the notebook's order would be the judge's).
+ANSWERS["reorderer"] = REF + '''
+import os, pathlib
+_seen_file = pathlib.Path(os.environ["TRITON_CACHE_DIR"]) / "seen.txt"
+_seen = _seen_file.read_text() if _seen_file.exists() else ""
+
+
+def _telling_add(x, y, _add=add):
+    if _seen:
+        raise RuntimeError("cases seen by an earlier runner: " + _seen)
+    with _seen_file.open("a") as f:
+        f.write(f"{tuple(x.shape)} {x.dtype}; ")
+    return _add(x, y)
+
+
+add = _telling_add
+'''
 ANSWERS["impostor"] = ZEROS  # and, beside the notebook, modules named as the judge's own:
 HIJACKED = "hijacked"
 """What any of the impostor's files writes in the course folder when it runs."""
@@ -181,6 +200,8 @@ def submit(course, student: str, listing: bool = True) -> None:
     nb.cells[cell(nb, PS1_EXERCISE.function)].source = ANSWERS[student] + (reach(course, listing) if student == "nosy" else "")
     if student == "mallory":
         tamper(nb)
+    if student == "reorderer":  # the hidden test above the visible one
+        nb.cells.insert(cell(nb, "test_correctness"), nb.cells.pop(cell(nb, "test_hidden")))
     nbformat.write(nb, path)
     if student == "impostor":
         for name, text in impostor_files(course).items():
@@ -208,7 +229,7 @@ def graded(tmp_path_factory):
 
 
 EXPECTED = {student: ZERO for student in [*ANSWERS, *UNREADABLE]} | {
-    s: FULL for s in ("ada", "nosy", "vandal") if s in ANSWERS} | {"raises": expected_unmasked_points()}
+    s: FULL for s in ("ada", "nosy", "vandal", "reorderer") if s in ANSWERS} | {"raises": expected_unmasked_points()}
 
 REASON = {
     "exit_at_import": "your code crashed the grading process (exit code 1).",
@@ -299,6 +320,15 @@ def test_tampered_locked_cells_are_reported_and_graded_as_released(graded):
     assert f'grade("{PS1}", add, "hidden")' in graded_nb.cells[-2].source
     assert all(c.execution_count is None for c in graded_nb.cells if c.cell_type == "code"
                and c.metadata.get("nbgrader", {}).get("grade_id") in (None, "add"))  # student code: not run
+
+
+def test_locked_cells_run_in_their_released_order_whatever_the_submission_says(graded):
+    course, grades, _, _, _ = graded
+    assert grades["reorderer"].notes == ["locked cell test_correctness moved: graded as released"]
+    graded_nb = nbformat.read(course / "autograded" / "reorderer" / PS1 / f"{PS1}.ipynb", as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded_nb.cells]
+    assert ids[-3:] == ["test_correctness", "test_hidden", "test_throughput"]
+    assert "seen by an earlier runner: (" not in (course / "feedback" / "reorderer" / PS1 / f"{PS1}.html").read_text()
 
 
 def test_files_sent_beside_the_notebook_never_run(graded):

@@ -18,26 +18,29 @@ NOTEBOOK = ROOT / "notebooks" / "04_fused_softmax.ipynb"
 @triton.jit
 def _variant_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr,
                     PAD_ZERO: tl.constexpr, SUBTRACT_MAX: tl.constexpr, EXTRA_LANES: tl.constexpr,
-                    FOLD_MAX: tl.constexpr):
+                    FOLD_MAX: tl.constexpr, LOG_OF_SOFTMAX: tl.constexpr):
     """The reference kernel with one mistake switched on by each flag (or a correct rewrite)."""
     row = tl.program_id(axis=0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols + EXTRA_LANES
     x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0 if PAD_ZERO else -float("inf")).to(tl.float32)
     row_max = tl.max(x, axis=0) if SUBTRACT_MAX else 0.0
-    log_sum = tl.log(tl.sum(tl.exp(x - row_max), axis=0))
+    numerator = tl.exp(x - row_max)
+    log_sum = tl.log(tl.sum(numerator, axis=0))
     result = x - (row_max + log_sum) if FOLD_MAX else (x - row_max) - log_sum
+    if LOG_OF_SOFTMAX:
+        result = tl.log(numerator / tl.sum(numerator, axis=0))
     tl.store(out_ptr + row * out_row_stride + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def variant(pad_zero=False, subtract_max=True, extra_lanes=0, fold_max=False):
+def variant(pad_zero=False, subtract_max=True, extra_lanes=0, fold_max=False, log_of_softmax=False):
     def log_softmax(x):
         x = x if x.stride(1) == 1 else x.contiguous()
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         _variant_kernel[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1],
                                        BLOCK_SIZE=triton.next_power_of_2(x.shape[1]), PAD_ZERO=pad_zero,
                                        SUBTRACT_MAX=subtract_max, EXTRA_LANES=extra_lanes,
-                                       FOLD_MAX=fold_max)
+                                       FOLD_MAX=fold_max, LOG_OF_SOFTMAX=log_of_softmax)
         return out
     return log_softmax
 
@@ -65,6 +68,14 @@ def test_skipping_the_max_fails_every_case_with_infinities():
         result = run(variant(subtract_max=False))
     assert not any(c.passed for c in result.cases), result.summary()
     assert all("Inf" in c.message for c in result.cases)
+
+
+def test_the_log_of_a_softmax_fails_where_a_score_lies_far_below_its_rows_max():
+    # What the lesson warns of: exp(-120) underflows to 0 in float32, and log(0) = -inf.
+    with np.errstate(divide="ignore"):
+        result = run(variant(log_of_softmax=True))
+    assert labels(c for c in result.cases if not c.passed) == labels(
+        c for c in EXERCISE.cases("visible", DEV) if c.shape[0] > 1 and c.shape[1] > 1), result.summary()
 
 
 def test_padding_with_zero_instead_of_minus_inf_fails_every_padded_case():

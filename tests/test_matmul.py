@@ -47,6 +47,12 @@ def test_reference_reads_strided_and_transposed_operands():
     torch.testing.assert_close(matmul(a, b), a @ b, atol=1e-4, rtol=1e-5)
 
 
+def test_a_dtype_tl_dot_does_not_multiply_is_refused_with_a_sentence():
+    a = torch.ones(4, 4, dtype=torch.float64, device=DEVICE.device)
+    with pytest.raises(AssertionError, match=r"matmul takes float16/bfloat16/float32, got torch.float64"):
+        matmul(a, a)
+
+
 @pytest.mark.parametrize("group_m", [1, 2, 3, 8])
 def test_launch_order_visits_every_tile_once(group_m):
     order = launch_order(10 * 32 - 5, 7 * 32, 32, 32, group_m)  # 10 × 7 tiles, a short last band

@@ -96,12 +96,16 @@ def test_every_lesson_reads_in_chinese_too():  # as README says
 
 
 LESSON_LINK = re.compile(r"\]\((\.\./)?(\d\d_\w+\.ipynb)\)")
+NOTEBOOK_LINK = re.compile(r"\]\((?!https?:)([^)\s]+\.ipynb)\)")
 
 
 @pytest.mark.parametrize("path", sorted(sync.ZH_DIR.glob("*.ipynb")), ids=lambda p: p.name)
 def test_a_chinese_lesson_links_to_chinese_lessons(path):
-    links = LESSON_LINK.findall("".join(c.source for c in nbformat.read(path, as_version=4).cells))
+    text = "".join(c.source for c in nbformat.read(path, as_version=4).cells)
+    links = LESSON_LINK.findall(text)
     assert all(up == "" and (sync.ZH_DIR / name).exists() for up, name in links), links
+    notebooks = [(path.parent / link).resolve() for link in NOTEBOOK_LINK.findall(text)]
+    assert all(n.exists() and "zh" in n.relative_to(ROOT).parts for n in notebooks), notebooks
 
 
 INSTRUCTORS_ONLY = re.compile(r"^\s*(?:from|import)\s+(solutions|autograder\.(?:grading|instructor|bench))\b", re.M)

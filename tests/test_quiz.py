@@ -246,7 +246,7 @@ def test_language_switch_changes_text_and_labels():
     assert chinese.check().text == f"✅ 正确！\n{entry['zh']['right']}"
     chinese.select(shown(chinese, (entry["correct"] + 1) % len(entry["zh"]["options"])))
     assert chinese.check().text == f"❌ 不正确\n{entry['zh']['wrong']}"
-    assert quiz.reveal("cs1_fusion", rich=True).button.description == "显示答案"
+    assert quiz.reveal("cs1_fusion", rich=True).button.description == "显示案例研究的答案"
     assert quiz.case_study_intro(rich=False).markdown.startswith("### 案例研究")
 
 
@@ -333,7 +333,8 @@ def test_reveal_shows_the_solution_only_on_request(case_id, capsys):
     assert text["solution"] not in widget.text() and text["question"] in widget.text()
     widget.button.click()
     assert widget.revealed == text["solution"]
-    assert area.value.startswith("<b>Solution:</b> ")
+    assert area.value.startswith("<b>The case study&#x27;s answer:</b> ") or area.value.startswith(
+        "<b>The case study's answer:</b> ")
     capsys.readouterr()
     plain = quiz.reveal(case_id, rich=False)
     printed = capsys.readouterr().out

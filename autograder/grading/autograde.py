@@ -44,9 +44,10 @@ def released_cells(course: CourseDirectory | Path, assignment: str, notebook: st
 
 def locked_cell_changes(cells, released) -> dict[str, str]:
     """How the locked cells students got (``released``) differ in a submission's ``cells``:
-    grade id -> ``deleted``, ``duplicated``, ``retyped (code -> markdown)`` or ``edited``.
-    The evidence is nbgrader's own: its cell ids, and its checksum of a cell's source, type,
-    id, flags and points."""
+    grade id -> ``deleted``, ``duplicated``, ``retyped (code -> markdown)``, ``edited`` or
+    ``moved`` (out of the released order). The evidence is nbgrader's own: its cell ids, and
+    its checksum of a cell's source, type, id, flags and points."""
+    moved = moved_locked_cells(cells, released)
     changes = {}
     for original in (c for c in released if utils.is_locked(c)):
         name = grade_id(original)
@@ -59,7 +60,21 @@ def locked_cell_changes(cells, released) -> dict[str, str]:
             changes[name] = f"retyped ({original.cell_type} -> {copies[0].get('cell_type')})"
         elif _checksum(copies[0]) != original.metadata.nbgrader.get("checksum", _checksum(original)):
             changes[name] = "edited"
+        elif name in moved:
+            changes[name] = "moved"
     return changes
+
+
+def moved_locked_cells(cells, released) -> list[str]:
+    """The grade ids of the locked cells of ``cells`` that are out of the order they were
+    ``released`` in: those outside a longest run of them (first copies) in that order."""
+    rank = {grade_id(c): i for i, c in enumerate(c for c in released if utils.is_locked(c))}
+    names = [name for name in dict.fromkeys(map(grade_id, cells)) if name in rank]
+    runs: list[list[str]] = []  # runs[i]: a longest ordered run that ends with names[i]
+    for i, name in enumerate(names):
+        runs.append(max((runs[j] for j in range(i) if rank[names[j]] < rank[name]), key=len, default=[]) + [name])
+    kept = max(runs, key=len, default=[])
+    return [name for name in names if name not in kept]
 
 
 def _checksum(cell) -> str | None:
@@ -98,8 +113,11 @@ class RestoreLockedCells(NbGraderPreprocessor):
     """Sanitising step: every locked cell once, as the gradebook has it, where it was released.
 
     Extra copies of a locked cell are dropped; a deleted one is put back after the locked cell
-    released before it. A student cell that appears twice keeps nbgrader's marks on its last
-    copy only (nbgrader's rule), the others become plain cells."""
+    released before it; locked cells that were moved run in their released order (a hidden
+    test moved above the visible one would otherwise run first, and what the student's code
+    saw of the hidden cases, kept in its compile cache, could reach the visible test's
+    feedback). A student cell that appears twice keeps nbgrader's marks on its last copy only
+    (nbgrader's rule), the others become plain cells."""
 
     def preprocess(self, nb, resources):
         ids = resources["nbgrader"]
@@ -134,6 +152,9 @@ def _restored(cells, originals, order) -> list:
         at = next(i + 1 for i, c in enumerate(out) if grade_id(c) == earlier[-1]) if earlier else 0
         out.insert(at, originals[name])
         placed.add(name)
+    slots = [i for i, c in enumerate(out) if grade_id(c) in originals]  # locked cells run in the released order
+    for i, cell in zip(slots, sorted((out[i] for i in slots), key=lambda c: order.index(grade_id(c)))):
+        out[i] = cell
     return [nbformat.from_dict(c) for c in out]
 
 

@@ -38,7 +38,8 @@ from . import grade_workers
 from .review import review_notes
 from ..report import case_mark
 from ..grading import confine, sandbox
-from ..grading.autograde import grade_id, gradebook_cells, locked_cell_changes, released_cells
+from ..grading.autograde import (grade_id, gradebook_cells, locked_cell_changes, moved_locked_cells,
+                                 released_cells)
 
 RESULTS_FOLDER = "grades"
 """Beside the gradebook: ``<assignment>.json`` and ``.csv``, rewritten after every student;
@@ -241,13 +242,15 @@ def locked_cell_notes(course: Path, assignment: str, student: str, paths: list[P
     against what nbgrader then graded."""
     notes = []
     for path in paths:
-        changes = locked_cell_changes(nbformat.read(path, as_version=4).cells,
-                                      released_cells(course, assignment, path.stem))
+        released = released_cells(course, assignment, path.stem)
+        changes = locked_cell_changes(nbformat.read(path, as_version=4).cells, released)
         if not changes:
             continue
         graded = course / "autograded" / student / assignment / path.name
-        ok = graded_as_released(json.loads(graded.read_text()) if graded.exists() else {},
-                                gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, path.stem))
+        notebook = json.loads(graded.read_text()) if graded.exists() else {}
+        ok = graded_as_released(notebook, gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, path.stem))
+        if moved_locked_cells(notebook.get("cells", []), released):  # the graded ones ran out of order
+            ok -= {name for name, change in changes.items() if change == "moved"}
         notes += [f"locked cell {name} {change}: "
                   + ("graded as released" if name in ok else "NOT graded as released, check it by hand")
                   for name, change in changes.items()]

@@ -118,6 +118,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, group_m: int = 8, allow_tf32: bool 
         "{name} takes a (M, K) and a (K, N) tensor, got shapes {a} and {b}", name="matmul", a=tuple(a.shape), b=tuple(b.shape))
     assert a.dtype == b.dtype, say("{name}: a and b need one dtype, got {a} and {b}",
                                    name="matmul", a=a.dtype, b=b.dtype)
+    assert a.dtype in (torch.float16, torch.bfloat16, torch.float32), say(  # what tl.dot multiplies
+        "{name} takes {dtypes}, got {a} and {b}", name="matmul", dtypes="float16/bfloat16/float32", a=a.dtype, b=b.dtype)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

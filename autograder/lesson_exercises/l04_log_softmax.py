@@ -12,16 +12,25 @@ returns -inf there. A larger offset would not be fairer: at 100 one float32 ulp 
 so computing ``x - (max + log_sum)`` instead of ``(x - max) - log_sum`` still passes atol=1e-5."""
 
 
+FAR_BELOW = 120.0
+"""Taken from the first score of every odd row: exp(-120) = 7.7e-53 is below float32's smallest
+value (1.4e-45), so ``log(softmax(x))`` gives log(0) = -inf there, where log-softmax is about
+-120, as in the lesson's example. (The other scores of a row are 3·N(0, 1), too close together
+for anything to underflow.)"""
+
+
 def _reference(x: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(x, dim=-1)
 
 
 def _inputs(case: Case, generator: torch.Generator, device: str) -> tuple[torch.Tensor]:
-    """Scores 3 * N(0, 1), even rows shifted by ``LARGE_LOGIT``; ``strided``: x[:, :n] of a wider tensor."""
+    """Scores 3 * N(0, 1), even rows shifted by ``LARGE_LOGIT``, the first score of odd rows
+    lowered by ``FAR_BELOW``; ``strided``: x[:, :n] of a wider tensor."""
     rows, n = case.shape
     width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
     x = 3 * torch.randn((rows, width), generator=generator, device=generator.device, dtype=torch.float32)
     x[::2] += LARGE_LOGIT
+    x[1::2, 0] -= FAR_BELOW
     x = x.to(device, case.dtype)
     return (x[:, :n] if case.strided else x,)
 
