@@ -4,6 +4,7 @@ student, and set-up errors that stop the run before anyone is graded. The worker
 is stubbed here (tests/test_class_robustness.py runs it for real, tests/test_class_workers.py
 times it)."""
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -304,6 +305,19 @@ def test_a_kernels_default_constexpr_is_not_a_library_function_replaced(tmp_path
     assert review_notes([tmp_path / "a.ipynb"]) == []
 
 
+def test_review_takes_linear_time_and_says_when_it_searched_part_of_the_answer(tmp_path):
+    import nbformat
+    from autograder.instructor.review import MAX_REVIEWED_CHARS, review_notes
+    answer = nbformat.v4.new_code_cell("import ctypes\n" + "\n" * 200_000 + "x = 1\n" * (MAX_REVIEWED_CHARS // 6))
+    answer.metadata["nbgrader"] = {"grade_id": "add", "solution": True}
+    nbformat.write(nbformat.v4.new_notebook(cells=[answer]), tmp_path / "a.ipynb")
+    start = time.monotonic()
+    partly, named = review_notes([tmp_path / "a.ipynb"])
+    assert time.monotonic() - start < 10  # a pattern that backtracked over the blank lines took minutes
+    assert f"only the first {MAX_REVIEWED_CHARS:,} were searched" in partly
+    assert named == "review by hand, the answer cells use: ctypes (memory by address)"
+
+
 def test_review_reads_a_notebook_whose_metadata_is_not_what_nbgrader_writes(tmp_path):
     from autograder.instructor.review import review_notes
     odd = {"cells": [{"cell_type": "code", "id": "a", "metadata": {"nbgrader": ["solution"]}, "source": "import ctypes",
@@ -330,3 +344,37 @@ UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud83d' in position 3
 nbgrader.converters.base.NbGraderException: Please see the the above traceback for details."""
     assert grade_workers._last_error(log).startswith("UnicodeEncodeError: 'utf-8' codec can't encode")
     assert grade_workers._last_error("[AutogradeApp | ERROR] the kernel died") == "[AutogradeApp | ERROR] the kernel died"
+
+
+def test_a_job_carries_only_regular_files_and_names_the_links_it_left_out(tmp_path):
+    from autograder.instructor.grade_workers import make_job
+    course = tmp_path / "course"
+    for folder in ("source/ps1", "release/ps1", "submitted/eve/ps1/extra"):
+        (course / folder).mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text("")
+    (course / "gradebook.db").write_text("every student's grades")
+    (course / "source/ps1/ps1.ipynb").write_text("the answers and the hidden tests")
+    sent = course / "submitted/eve/ps1"
+    (sent / "ps1.ipynb").write_text("{}")
+    (sent / "extra" / "notes.txt").write_text("mine")
+    (sent / "gb.db").symlink_to(course / "gradebook.db")
+    (sent / "notes").symlink_to(course / "source/ps1")
+    (sent / "extra" / "answers.txt").symlink_to(course / "source/ps1/ps1.ipynb")
+    job = make_job(course, "ps1", "eve", b"snapshot")
+    assert sorted(p for p in job.files if p.startswith("submitted")) == [
+        "submitted/eve/ps1/extra/notes.txt", "submitted/eve/ps1/ps1.ipynb"]
+    assert sorted(job.left_out) == ["extra/answers.txt", "gb.db", "notes"]
+    assert sorted(content for path, content in job.files.items() if path.startswith("submitted")) == [b"mine", b"{}"]
+
+
+def test_workers_share_the_cpus_out_and_a_workers_nbgrader_keeps_to_its_own(monkeypatch):
+    monkeypatch.setattr(grade_workers, "visible_gpus", lambda: [])
+    monkeypatch.setattr(grade_workers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    assert [env[grade_workers.CPUS_VAR] for env in grade_workers.slots(2)] == ["0,1", "2,3,4"]
+    assert all(grade_workers.CPUS_VAR not in env for env in grade_workers.slots(1) + grade_workers.slots(6))
+    monkeypatch.undo()
+    service = grade_workers.Service({grade_workers.CPUS_VAR: str(min(os.sched_getaffinity(0)))})
+    try:
+        assert os.sched_getaffinity(service.process.pid) == {min(os.sched_getaffinity(0))}
+    finally:
+        service.stop()

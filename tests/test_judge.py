@@ -225,6 +225,9 @@ def test_a_cell_of_hundreds_of_magics_is_read_in_no_time():
     start = time.monotonic()
     python = as_python("x = 1\n" + "%time y = 2\n" * 2000)
     assert time.monotonic() - start < 5 and python.startswith("x = 1") and "%time" not in python
+    start = time.monotonic()
+    as_python("x = 1\n" + "".join(f"a{i} = %time 1\n" for i in range(2000)))  # magics not at a line's start
+    assert time.monotonic() - start < 5
 
 
 def test_the_baseline_runner_loads_nothing_from_a_cache_student_code_writes(monkeypatch):

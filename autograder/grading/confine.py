@@ -189,8 +189,8 @@ _X32_CALLS = 0x40000000
 _NEWER_CALLS = (452, 463, 466)  # fchmodat2, setxattrat, removexattrat: one number on every machine
 _REFUSED = {
     "x86_64": (0xC000003E, (41, 425, 240, 90, 91, 268, 92, 93, 94, 260, 132, 235, 261, 280,
-                            188, 189, 190, 197, 198, 199, *_NEWER_CALLS)),
-    "aarch64": (0xC00000B7, (198, 425, 180, 52, 53, 54, 55, 88, 5, 6, 7, 14, 15, 16, *_NEWER_CALLS)),
+                            188, 189, 190, 197, 198, 199, 203, *_NEWER_CALLS)),
+    "aarch64": (0xC00000B7, (198, 425, 180, 52, 53, 54, 55, 88, 5, 6, 7, 14, 15, 16, 122, *_NEWER_CALLS)),
 }
 """By machine: its audit architecture, and the numbers of the calls a runner may not make:
 ``socket`` and ``io_uring_setup`` (an io_uring request can open a socket too), ``mq_open`` (a
@@ -200,7 +200,9 @@ every call that changes a file's mode, owner, times or extended attributes (``ch
 ``utimes``, ``futimesat``, ``utimensat``, the ``*setxattr`` and ``*removexattr`` calls):
 Landlock does not cover those, so a runner could open the gradebook or the hidden tests to
 every user. ``ld`` ignores the refusal of its ``chmod`` of a library it links (a shared library
-loads without its execute bits)."""
+loads without its execute bits). And ``sched_setaffinity``: a worker's runners stay on the CPUs
+it was given (:func:`~autograder.instructor.grade_workers.slots`), so busy processes a student
+starts slow no one graded beside them."""
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 
@@ -229,7 +231,7 @@ def drop_privileges() -> None:
     """For good, for this process and all it starts: no new socket (the judge's channel is
     inherited; a new one could reach a local service or send data off the machine, over UDP or a
     Unix socket, which Landlock does not cover), no change to any file's mode, owner, times or
-    attributes, no POSIX message queue (:data:`_REFUSED`), and no capability (root's would let
+    attributes, no POSIX message queue, no move to other CPUs (:data:`_REFUSED`), and no capability (root's would let
     the code type into any terminal or bypass file permissions). The calls stay allowed only on
     a machine other than x86-64 and ARM64, or a kernel without seccomp."""
     if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

@@ -317,13 +317,15 @@ def grade_class(course: Path, assignment: str, only: list[str] | None = None, re
     gradebook = grade_workers.snapshot(course / "gradebook.db")
     failed = 0
     try:
-        futures = []
+        futures, left_out = [], {}
         for student in todo:
             if (problem := unreadable(course, assignment, student)) is not None:
                 futures.append(Future())
                 futures[-1].set_result(grade_workers.Result(student, problem))
             else:
-                futures.append(pool.submit(grade_workers.make_job(course, assignment, student, gradebook)))
+                job = grade_workers.make_job(course, assignment, student, gradebook)
+                left_out[student] = job.left_out
+                futures.append(pool.submit(job))
         with tqdm(total=len(todo), unit="student", dynamic_ncols=True) as bar:
             for future in as_completed(futures):
                 result = future.result()
@@ -331,6 +333,9 @@ def grade_class(course: Path, assignment: str, only: list[str] | None = None, re
                     grade_workers.merge(course, assignment, result)
                     grade = collect_grade(course, assignment, result)
                     grade.notebook = digests[result.student]
+                    if left_out.get(result.student):
+                        grade.notes.append(printable("left out of grading, not regular files (links?): "
+                                                     + ", ".join(left_out[result.student])))
                     if result.problem is not None:
                         grade.reasons[0] += f" (nbgrader's output: {_save_log(course, assignment, result)})"
                     elif result.retried is not None:

@@ -20,6 +20,7 @@ import re
 import select
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,8 @@ class Job:
     assignment: str
     student: str
     files: dict[str, bytes]
+    left_out: list[str] = field(default_factory=list)
+    """What the submission holds that is not a regular file (links above all), by path: not graded."""
 
 
 @dataclass
@@ -84,26 +87,41 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+CPUS_VAR = "TRITON_COURSE_WORKER_CPUS"
+"""A worker's CPUs (``0,1,2``), to which its nbgrader, kernels and runners are pinned."""
+
+
 def slots(workers: int | None) -> list[dict[str, str]]:
     """The environment of each worker. With GPUs: one GPU per worker, by default one worker
     per GPU, and never more (two students timed on one GPU time each other's work too: a
     reference-speed kernel failed its 0.8x threshold that way). Without: ``workers`` CPU
-    workers, by default one per core up to four."""
-    gpus = visible_gpus()
+    workers, by default one per core up to four. Several workers share this process's CPUs out
+    (:data:`CPUS_VAR`), so that busy processes one student's code starts slow only that
+    student's grading (runners may not move: :mod:`~autograder.grading.confine`); with more
+    workers than CPUs, they share them all."""
+    gpus, cpus = visible_gpus(), sorted(os.sched_getaffinity(0))
     if gpus:
         count = workers or len(gpus)
         if count > len(gpus):
             raise ValueError(f"--workers {count} with {len(gpus)} GPU(s): throughput is timed on a GPU no one "
                              f"else uses, so use at most {len(gpus)} workers here.")
-        return [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus[:count]]
-    return [{} for _ in range(workers or min(4, os.cpu_count() or 1))]
+        environments = [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in gpus[:count]]
+    else:
+        environments = [{} for _ in range(workers or min(4, len(cpus)))]
+    count = len(environments)
+    if 1 < count <= len(cpus):
+        for i, env in enumerate(environments):
+            env[CPUS_VAR] = ",".join(map(str, cpus[i * len(cpus) // count:(i + 1) * len(cpus) // count]))
+    return environments
 
 
 def describe(environments: list[dict[str, str]]) -> str:
     """One line on how the class will be graded, e.g. ``2 workers, one GPU each (GPUs 0, 1)``."""
     gpus = [env["CUDA_VISIBLE_DEVICES"] for env in environments if env.get("CUDA_VISIBLE_DEVICES")]
     count = f"{len(environments)} worker{'s' * (len(environments) > 1)}"
-    return f"{count}, one GPU each (GPUs {', '.join(gpus)})" if gpus else f"{count} on the CPU (no GPU here)"
+    line = f"{count}, one GPU each (GPUs {', '.join(gpus)})" if gpus else f"{count} on the CPU (no GPU here)"
+    cpus = [env[CPUS_VAR] for env in environments if CPUS_VAR in env]
+    return line + (f", CPUs {' | '.join(cpus)}" if cpus else "")
 
 
 def snapshot(database: Path) -> bytes:
@@ -120,11 +138,29 @@ def snapshot(database: Path) -> bytes:
 
 def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> Job:
     files = {"nbgrader_config.py": (course / "nbgrader_config.py").read_bytes(), "gradebook.db": gradebook}
+    job = Job(assignment, student, files)
     for folder in (Path("source", assignment), Path("release", assignment), Path("submitted", student, assignment)):
-        for path in sorted((course / folder).rglob("*")):
-            if path.is_file() and ".ipynb_checkpoints" not in path.parts:
-                files[str(path.relative_to(course))] = path.read_bytes()
-    return Job(assignment, student, files)
+        regular, others = regular_files(course / folder)
+        files |= {str(path.relative_to(course)): path.read_bytes() for path in regular}
+        job.left_out += [str(path.relative_to(course / folder)) for path in others]
+    return job
+
+
+def regular_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The regular files under ``folder``, reached through no link, checkpoints left out; and
+    the links and other entries that are not such files. A link sent in a submission could name
+    the gradebook or the hidden tests, which grading would read with the instructor's rights and
+    nbgrader copy into the student's feedback."""
+    files, others = [], []
+    for root, folders, names in os.walk(folder):  # it enters no linked folder
+        folders[:] = sorted(f for f in folders if f != ".ipynb_checkpoints")
+        for path in [Path(root, name) for name in sorted(names)] + [Path(root, f) for f in folders]:
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode):
+                files.append(path)
+            elif not stat.S_ISDIR(mode):
+                others.append(path)
+    return files, others
 
 
 JOBS_PER_SERVICE = 50
@@ -146,6 +182,8 @@ class Service:
             [sys.executable, "-m", "autograder.instructor.autograde_service", str(write)],
             cwd=self.folder.name, env=os.environ | env, stdin=subprocess.PIPE, stdout=self.log,
             stderr=subprocess.STDOUT, text=True, pass_fds=(write,), start_new_session=True)
+        if CPUS_VAR in env:  # before it starts a kernel: all it starts inherits them
+            os.sched_setaffinity(self.process.pid, map(int, env[CPUS_VAR].split(",")))
         os.close(write)
         self.answers = os.fdopen(read)
         self.graded = 0

@@ -22,7 +22,7 @@ REACHES = (
      "processes, threads, signals or sockets"),
     (r"\b(exec|eval|compile|__import__|getattr|setattr|globals|vars)\s*\(|\bimportlib\b|\bbuiltins\b"
      r"|__builtins__", "code or names built at run time"),
-    (r"(?m)^\s*(del\s+)?(torch|triton|tl|np|numpy|F|JITFunction)(\.\w+)+\s*(=(?!=)|$)",
+    (r"(?m)^[ \t]*(del[ \t]+)?(torch|triton|tl|np|numpy|F|JITFunction)(\.\w+)+[ \t]*(=(?!=)|$)",
      "a library's function replaced or removed"),  # a statement
     (r"\.__class__\s*=(?!=)", "an object's class changed"),
     (r"\btorch\.save\b|\bpickle\b|__reduce\w*|\bstruct\b|\bzipfile\b|\bio\.BytesIO\b", "a tensor's bytes serialised"),
@@ -38,13 +38,20 @@ REACHES = (
 """(pattern, what it reaches for): what the rules inside the student's process watch or rely on."""
 
 
+MAX_REVIEWED_CHARS = 1_000_000
+"""Of the answer cells, what is searched (each pattern reads it in linear time, in the
+instructor's process, while a Ctrl-C waits): over 100 times the longest reference answer."""
+
+
 def review_notes(notebooks: list[Path]) -> list[str]:
     """One note naming what the answer cells reach for, e.g. ``review by hand: ctypes (memory
     by address)``; none when they reach for nothing listed in :data:`REACHES`."""
     text = "\n".join(answer_code(path) for path in notebooks)
-    found = []
+    partly = [f"answer cells of {len(text):,} characters: only the first {MAX_REVIEWED_CHARS:,} were searched "
+              "for what to review"] if len(text) > MAX_REVIEWED_CHARS else []
+    text, found = text[:MAX_REVIEWED_CHARS], []
     for pattern, what in REACHES:
         names = sorted({m.group(0).strip("(").strip() for m in re.finditer(pattern, text)})
         if names:
             found.append(f"{', '.join(names)} ({what})")
-    return ["review by hand, the answer cells use: " + "; ".join(found)] if found else []
+    return partly + (["review by hand, the answer cells use: " + "; ".join(found)] if found else [])
