@@ -484,6 +484,9 @@ def _hints(error: BaseException, cause: BaseException, in_kernel: bool) -> list[
                     index=index, got=got, want=want)]
     if "unexpected keyword argument 'dim'" in text:
         return [say("Triton's reductions take `axis=` where PyTorch's take `dim=`: tl.sum(x, axis=0).")]
+    if in_kernel and "must be Tensor, not tensor" in text:
+        return [say("A kernel called a PyTorch function: inside @triton.jit only triton.language's functions "
+                    "(tl.exp, tl.log, tl.sum, ...) and other @triton.jit functions can run.")]
     if not (in_kernel and "None" in text):
         return []
     files = {f.filename for e in (error, cause) for f in traceback.extract_tb(e.__traceback__)

@@ -72,6 +72,13 @@ def load_quizzes() -> dict:
         if clash or ("case_study" in data and "case_study" in merged):
             raise ValueError(f"{path.name} repeats {', '.join(sorted(clash)) or 'case_study'}, "
                              "already defined in another quiz file")
+        for name, question in data["questions"].items():
+            for lang in ("en", "zh"):
+                why_not = question[lang].get("why_not")
+                if why_not is not None and (len(why_not) != len(question[lang]["options"])
+                                            or [i for i, why in enumerate(why_not) if not why] != [question["correct"]]):
+                    raise ValueError(f"{path.name}: {name}'s why_not ({lang}) needs one text per wrong option, "
+                                     "in the options' order, and null for the right one")
         merged["questions"].update(data["questions"])
         if "case_study" in data:
             merged["case_study"] = data["case_study"]
@@ -102,7 +109,8 @@ def grade(question_id: str, choice: int | None, lang: str) -> QuizFeedback:
         return QuizFeedback(False, labels["choose"])
     if choice == question["correct"]:
         return QuizFeedback(True, f"{labels['right']}\n{text['right']}")
-    return QuizFeedback(False, f"{labels['wrong']}\n{text['wrong']}")
+    why_not = text.get("why_not", [None] * len(text["options"]))[choice]
+    return QuizFeedback(False, "\n".join([labels["wrong"], *([why_not] if why_not else []), text["wrong"]]))
 
 
 def shown_order(question_id: str, count: int) -> tuple[int, ...]:

@@ -372,6 +372,12 @@ def _with_libdevice(x_ptr, out_ptr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offsets, libdevice.exp(tl.load(x_ptr + offsets)))
 
 
+@triton.jit
+def _with_torch(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, torch.exp(tl.load(x_ptr + offsets)))
+
+
 def _first_message(kernel, block=1):  # the first case has one element
     def launch(x, y):
         out = torch.empty_like(x)
@@ -408,6 +414,8 @@ def test_the_usual_slips_in_an_interpreted_kernel_are_named_with_their_line():
     assert "take `axis=` where PyTorch's take `dim=`" in said and "in _sum_with_dim, line" in said, said
     said = _first_message(_with_libdevice)
     assert "cannot run libdevice functions" in said and "in _with_libdevice, line" in said, said
+    said = _first_message(_with_torch)
+    assert "A kernel called a PyTorch function" in said and "in _with_torch, line" in said, said
 
 
 @triton.jit

@@ -127,7 +127,8 @@ def test_english_matches_seed(seed_text):
     seeded = seed_questions(seed_text)
     assert len(seeded) == len(SEED_QUESTION_IDS) == 5
     for question_id, expected in zip(SEED_QUESTION_IDS, seeded):
-        assert quiz.load_quizzes()["questions"][question_id]["en"] == expected, question_id
+        ours = {k: v for k, v in quiz.load_quizzes()["questions"][question_id]["en"].items() if k != "why_not"}
+        assert ours == expected, question_id  # why_not is the course's own, beside the seed's words
 
 
 def test_correct_answers_follow_the_key(seed_text):
@@ -190,7 +191,9 @@ def test_right_and_wrong_answers(question_id):
     for wrong in set(range(len(entry["en"]["options"]))) - {entry["correct"]}:
         widget.select(shown(widget, wrong))
         feedback = widget.check()
-        assert feedback == quiz.QuizFeedback(False, f"❌ Incorrect\n{entry['en']['wrong']}")
+        why_not = entry["en"].get("why_not", [None] * len(entry["en"]["options"]))[wrong]
+        assert feedback == quiz.QuizFeedback(False, "\n".join(["❌ Incorrect", *[why_not] * bool(why_not),
+                                                                 entry["en"]["wrong"]]))
         assert widget.feedback is feedback
 
 
@@ -244,8 +247,9 @@ def test_language_switch_changes_text_and_labels():
     assert (english.button.description, chinese.button.description) == ("Check", "检查")
     chinese.select(shown(chinese, entry["correct"]))
     assert chinese.check().text == f"✅ 正确！\n{entry['zh']['right']}"
-    chinese.select(shown(chinese, (entry["correct"] + 1) % len(entry["zh"]["options"])))
-    assert chinese.check().text == f"❌ 不正确\n{entry['zh']['wrong']}"
+    wrong = (entry["correct"] + 1) % len(entry["zh"]["options"])
+    chinese.select(shown(chinese, wrong))
+    assert chinese.check().text == f"❌ 不正确\n{entry['zh']['why_not'][wrong]}\n{entry['zh']['wrong']}"
     assert quiz.reveal("cs1_fusion", rich=True).button.description == "显示案例研究的答案"
     assert quiz.case_study_intro(rich=False).markdown.startswith("### 案例研究")
 
@@ -347,3 +351,28 @@ def test_case_study_intro_is_markdown(capsys):
     assert intro.markdown.startswith("### Case Study: Optimizing Softmax with Triton\n\n*Analyzing")
     assert "(Read -> Max -> Read -> Exp/Sum -> Read -> Divide)" in intro.markdown
     assert capsys.readouterr().out == intro.markdown + "\n"
+
+
+@pytest.mark.parametrize("question_id", [q for q in quiz.load_quizzes()["questions"] if q.startswith("q") and q[1] in "12345" and q[2] == "_"])
+def test_each_wrong_option_of_the_seed_quiz_says_why_it_is_wrong_before_the_seeds_feedback(question_id):
+    question = quiz.load_quizzes()["questions"][question_id]
+    for lang in ("en", "zh"):
+        text = question[lang]
+        for choice in range(len(text["options"])):
+            if choice == question["correct"]:
+                continue
+            lines = quiz.grade(question_id, choice, lang).text.splitlines()
+            assert lines[1:] == [text["why_not"][choice], text["wrong"]], lines
+
+
+def test_a_why_not_out_of_step_with_its_options_is_refused(tmp_path, monkeypatch):
+    data = yaml.safe_load((quiz.QUIZ_DIR / "seed.yaml").read_text(encoding="utf-8"))
+    data["questions"]["q1_ninja_gap"]["zh"]["why_not"].reverse()  # the null lands on a wrong option
+    (tmp_path / "seed.yaml").write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    monkeypatch.setattr(quiz, "QUIZ_DIR", tmp_path)
+    quiz.load_quizzes.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="q1_ninja_gap's why_not \\(zh\\)"):
+            quiz.load_quizzes()
+    finally:
+        quiz.load_quizzes.cache_clear()
