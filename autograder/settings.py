@@ -132,8 +132,15 @@ GRADING_RECORD = Setting(
     "sets it and saves the seeds with each student's grade.",
     "a file path", "nothing recorded",
     lambda text: Path(text) if text else None)
+WORKER_CPUS = Setting(
+    "TRITON_COURSE_WORKER_CPUS",
+    "The CPUs a grading worker's nbgrader, kernels and runners keep to: `grade_class` shares the machine's out "
+    "when each of several workers gets two or more, so that busy processes one student's code starts slow no "
+    "one graded beside them (a runner may not move).",
+    "CPU numbers separated by `,`", "every CPU this process may use",
+    lambda text: {int(cpu) for cpu in text.split(",")} if text else None)
 SETTINGS = (DEVICE, CPU_THROUGHPUT, LANG, STUDENT, ISOLATE, GRADING_TIMEOUT_S, MEMORY_LIMIT_GB,
-            GRADING_USER, READABLE_PATHS, NOTEBOOK_OUTPUTS, GRADING_RECORD)
+            GRADING_USER, READABLE_PATHS, NOTEBOOK_OUTPUTS, GRADING_RECORD, WORKER_CPUS)
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "instructor-guide.md"
 BEGIN = "<!-- settings table: generated from autograder/settings.py by `triton-course sync` -->"

@@ -248,7 +248,9 @@ def test_lesson_quiz_answers_a_click(browser, lab):
             shown = verdict.inner_text()  # "✅ Correct!", a line break, the explanation
             verdict_line, _, explained = shown.partition("\n")
             assert verdict_line.startswith(mark), shown
-            assert plain(explained) == plain(question["en"][explanation]), shown
+            why_not = question["en"].get("why_not", [None] * len(question["en"]["options"]))[choice]
+            said = [why_not] * (choice == wrong and bool(why_not)) + [question["en"][explanation]]
+            assert plain(explained) == plain(" ".join(said)), shown
     assert (ROOT / LESSON).read_bytes() == committed, f"{LESSON} was saved with outputs"
 
 

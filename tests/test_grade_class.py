@@ -13,7 +13,7 @@ import time
 import pytest
 from nbgrader.api import Gradebook
 
-from autograder import exercises
+from autograder import exercises, settings
 from autograder.instructor import grade_class as gc, grade_workers
 from autograder.grading import sandbox
 from test_nbgrader_pipeline import PS1, cell_scores, new_course
@@ -368,13 +368,18 @@ def test_a_job_carries_only_regular_files_and_names_the_links_it_left_out(tmp_pa
 
 
 def test_workers_share_the_cpus_out_and_a_workers_nbgrader_keeps_to_its_own(monkeypatch):
+    cpus = settings.WORKER_CPUS.name
     monkeypatch.setattr(grade_workers, "visible_gpus", lambda: [])
     monkeypatch.setattr(grade_workers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
-    assert [env[grade_workers.CPUS_VAR] for env in grade_workers.slots(2)] == ["0,1", "2,3,4"]
-    assert all(grade_workers.CPUS_VAR not in env for env in grade_workers.slots(1) + grade_workers.slots(6))
+    assert [env[cpus] for env in grade_workers.slots(2)] == ["0,1", "2,3,4"]
+    assert all(cpus not in env for env in grade_workers.slots(1) + grade_workers.slots(3))  # one CPU each: shared
     monkeypatch.undo()
-    service = grade_workers.Service({grade_workers.CPUS_VAR: str(min(os.sched_getaffinity(0)))})
+    mine = min(os.sched_getaffinity(0))
+    service = grade_workers.Service({cpus: str(mine)})
     try:
-        assert os.sched_getaffinity(service.process.pid) == {min(os.sched_getaffinity(0))}
+        deadline = time.monotonic() + 60  # it pins itself as it starts
+        while os.sched_getaffinity(service.process.pid) != {mine} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.sched_getaffinity(service.process.pid) == {mine}
     finally:
         service.stop()

@@ -28,10 +28,12 @@ DEFAULTS = {
     settings.READABLE_PATHS: [],
     settings.NOTEBOOK_OUTPUTS: None,
     settings.GRADING_RECORD: None,
+    settings.WORKER_CPUS: None,
 }
 BAD = [(settings.DEVICE, "gpuu"), (settings.CPU_THROUGHPUT, "maybe"), (settings.LANG, "de"),
        (settings.ISOLATE, "yes"), (settings.GRADING_TIMEOUT_S, "soon"), (settings.GRADING_TIMEOUT_S, "0"),
-       (settings.MEMORY_LIMIT_GB, "lots"), (settings.MEMORY_LIMIT_GB, "-1"), (settings.MEMORY_LIMIT_GB, "inf")]
+       (settings.MEMORY_LIMIT_GB, "lots"), (settings.MEMORY_LIMIT_GB, "-1"), (settings.MEMORY_LIMIT_GB, "inf"),
+       (settings.WORKER_CPUS, "0-3")]
 
 
 def course_variables_read(source: str) -> list[str]:

@@ -44,8 +44,11 @@ def autograde(root: str, assignment: str, student: str) -> dict:
 def main(argv: list[str]) -> int:
     from sqlalchemy.exc import SAWarning
 
+    from autograder import settings
     from autograder.grading import host_modules
 
+    if (cpus := settings.WORKER_CPUS.get()) is not None:  # before any kernel: all it starts keeps to them
+        os.sched_setaffinity(0, cpus)
     importlib.import_module("autograder.exercises")  # torch and the course: once here, not once per student
     warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission builds rows before adding them
     answers = os.fdopen(int(argv[0]), "w")

@@ -87,8 +87,9 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-CPUS_VAR = "TRITON_COURSE_WORKER_CPUS"
-"""A worker's CPUs (``0,1,2``), to which its nbgrader, kernels and runners are pinned."""
+MIN_CPUS_PER_WORKER = 2
+"""Fewer, and the CPUs are not shared out: one CPU a worker (its kernel, its runner and the
+baseline's) made two workers on two CPUs take 0.80 of one worker's time, against about 0.6."""
 
 
 def slots(workers: int | None) -> list[dict[str, str]]:
@@ -96,9 +97,9 @@ def slots(workers: int | None) -> list[dict[str, str]]:
     per GPU, and never more (two students timed on one GPU time each other's work too: a
     reference-speed kernel failed its 0.8x threshold that way). Without: ``workers`` CPU
     workers, by default one per core up to four. Several workers share this process's CPUs out
-    (:data:`CPUS_VAR`), so that busy processes one student's code starts slow only that
-    student's grading (runners may not move: :mod:`~autograder.grading.confine`); with more
-    workers than CPUs, they share them all."""
+    (:data:`~autograder.settings.WORKER_CPUS`) when each gets :data:`MIN_CPUS_PER_WORKER` or
+    more, so that busy processes one student's code starts slow only that student's grading
+    (runners may not move: :mod:`~autograder.grading.confine`); otherwise they share them all."""
     gpus, cpus = visible_gpus(), sorted(os.sched_getaffinity(0))
     if gpus:
         count = workers or len(gpus)
@@ -109,9 +110,9 @@ def slots(workers: int | None) -> list[dict[str, str]]:
     else:
         environments = [{} for _ in range(workers or min(4, len(cpus)))]
     count = len(environments)
-    if 1 < count <= len(cpus):
+    if count > 1 and len(cpus) // count >= MIN_CPUS_PER_WORKER:
         for i, env in enumerate(environments):
-            env[CPUS_VAR] = ",".join(map(str, cpus[i * len(cpus) // count:(i + 1) * len(cpus) // count]))
+            env[settings.WORKER_CPUS.name] = ",".join(map(str, cpus[i * len(cpus) // count:(i + 1) * len(cpus) // count]))
     return environments
 
 
@@ -120,7 +121,7 @@ def describe(environments: list[dict[str, str]]) -> str:
     gpus = [env["CUDA_VISIBLE_DEVICES"] for env in environments if env.get("CUDA_VISIBLE_DEVICES")]
     count = f"{len(environments)} worker{'s' * (len(environments) > 1)}"
     line = f"{count}, one GPU each (GPUs {', '.join(gpus)})" if gpus else f"{count} on the CPU (no GPU here)"
-    cpus = [env[CPUS_VAR] for env in environments if CPUS_VAR in env]
+    cpus = [env[settings.WORKER_CPUS.name] for env in environments if settings.WORKER_CPUS.name in env]
     return line + (f", CPUs {' | '.join(cpus)}" if cpus else "")
 
 
@@ -182,8 +183,6 @@ class Service:
             [sys.executable, "-m", "autograder.instructor.autograde_service", str(write)],
             cwd=self.folder.name, env=os.environ | env, stdin=subprocess.PIPE, stdout=self.log,
             stderr=subprocess.STDOUT, text=True, pass_fds=(write,), start_new_session=True)
-        if CPUS_VAR in env:  # before it starts a kernel: all it starts inherits them
-            os.sched_setaffinity(self.process.pid, map(int, env[CPUS_VAR].split(",")))
         os.close(write)
         self.answers = os.fdopen(read)
         self.graded = 0
