@@ -88,8 +88,9 @@ def visible_gpus() -> list[str]:
 
 
 MIN_CPUS_PER_WORKER = 2
-"""Fewer, and the CPUs are not shared out: one CPU a worker (its kernel, its runner and the
-baseline's) made two workers on two CPUs take 0.80 of one worker's time, against about 0.6."""
+"""Fewer, and the CPUs are not shared out: with one CPU a worker (its kernel, its runner and the
+baseline's), two workers on two CPUs took 0.80 of one worker's time in one CI run
+(tests/test_class_workers.py asks at most 0.75)."""
 
 
 def slots(workers: int | None) -> list[dict[str, str]]:
