@@ -244,4 +244,3 @@ def test_a_workers_nbgrader_imports_nothing_from_a_folder_others_may_write(tmp_p
     service.close()
     assert not mark.exists(), printed
     assert answer is not None and not answer["success"], printed  # no such course: nbgrader's own failure
-

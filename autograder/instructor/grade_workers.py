@@ -140,12 +140,14 @@ def snapshot(database: Path) -> bytes:
 
 def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> Job:
     files = {"nbgrader_config.py": (course / "nbgrader_config.py").read_bytes(), "gradebook.db": gradebook}
-    job = Job(assignment, student, files)
-    for folder in (Path("source", assignment), Path("release", assignment), Path("submitted", student, assignment)):
-        regular, others = regular_files(course / folder)
-        files |= {str(path.relative_to(course)): path.read_bytes() for path in regular}
-        job.left_out += [str(path.relative_to(course / folder)) for path in others]
-    return job
+    for folder in (Path("source", assignment), Path("release", assignment)):  # the instructor's: links followed
+        for path in sorted((course / folder).rglob("*")):
+            if path.is_file() and ".ipynb_checkpoints" not in path.parts:
+                files[str(path.relative_to(course))] = path.read_bytes()
+    submitted = course / "submitted" / student / assignment
+    regular, others = regular_files(submitted)
+    files |= {str(path.relative_to(course)): path.read_bytes() for path in regular}
+    return Job(assignment, student, files, [str(path.relative_to(submitted)) for path in others])
 
 
 def regular_files(folder: Path) -> tuple[list[Path], list[Path]]:
