@@ -626,7 +626,13 @@ class _Stores:
                     lanes=clash.size))
 
 
-def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes) -> OutOfBoundsAccess:
+_MASK_EXAMPLES = {"load": "tl.load(..., mask=offsets < n_elements)",
+                  "store": "tl.store(..., mask=offsets < n_elements)",
+                  "atomic": "tl.atomic_add(..., mask=offsets < n_elements)"}
+
+
+def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes, unmasked: bool) -> OutOfBoundsAccess:
+    """The error for an access with stray lanes; ``unmasked``: the load or store was given no mask."""
     from triton.runtime.interpreter import interpreter_builder
 
     stray = lanes.active & ~lanes.inside
@@ -660,17 +666,21 @@ def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes) -> OutOfBoundsAcce
                         "whose memory holds {size} element", before=-found["offset"], **found)
     program = tuple(interpreter_builder.grid_idx)
     if kind == "load":
-        message = say("out-of-bounds load in program {program}: {where}. The offset is wrong, or lanes "
-                      "past the data need a mask (e.g. tl.load(..., mask=offsets < n_elements)).",
-                      program=program, where=where)
+        head = say("out-of-bounds load in program {program}: {where}.", program=program, where=where)
     elif kind == "store":
-        message = say("out-of-bounds store in program {program}: {where}. The offset is wrong, or lanes "
-                      "past the data need a mask (e.g. tl.store(..., mask=offsets < n_elements)).",
-                      program=program, where=where)
+        head = say("out-of-bounds store in program {program}: {where}.", program=program, where=where)
     else:
-        message = say("out-of-bounds atomic in program {program}: {where}. The offset is wrong, or lanes "
-                      "past the data need a mask (e.g. tl.atomic_add(..., mask=offsets < n_elements)).",
-                      program=program, where=where)
+        head = say("out-of-bounds atomic in program {program}: {where}.", program=program, where=where)
+    if unmasked:
+        advice = say("It has no mask: lanes past the data need one (e.g. {example}), or the offset is wrong.",
+                     example=_MASK_EXAMPLES[kind])
+    elif kind == "atomic":  # Triton gives an atomic without a mask one that is true everywhere
+        advice = say("The offset is wrong, or lanes past the data need a mask (e.g. {example}).",
+                     example=_MASK_EXAMPLES[kind])
+    else:
+        advice = say("Its mask let these lanes through: the mask must be false wherever the pointer passes the "
+                     "tensor's end, so compare it with the offsets added to the pointer.")
+    message = f"{head} {advice}"
     error = OutOfBoundsAccess(message)
     error.program = tuple(int(i) for i in interpreter_builder.grid_idx)
     return error
@@ -688,7 +698,7 @@ def bounds_check(names: list[str], values: list):
     def check(kind: str, ptrs, mask):
         lanes = windows.lanes(ptrs, mask)
         if not (lanes.inside | ~lanes.active).all():
-            raise _out_of_bounds(windows, kind, lanes)
+            raise _out_of_bounds(windows, kind, lanes, getattr(mask, "course_no_mask", False))
         stores.see(kind, lanes)
         return windows.real(lanes, ptrs)
     return windows.values, check
@@ -798,6 +808,17 @@ def install_interpreter_hooks() -> None:
     load, store, dot = builder.create_masked_load, builder.create_masked_store, builder.create_dot
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
+    def no_mask(ptrs):  # what the interpreter's create_load and create_store make, marked as no mask
+        mask = interpreter.TensorHandle(np.ones_like(ptrs.data, dtype=bool), tl.int1)
+        mask.course_no_mask = True
+        return mask
+
+    def plain_load(self, ptrs, *rest):
+        return self.create_masked_load(ptrs, no_mask(ptrs), None, *rest)
+
+    def plain_store(self, ptrs, value, *rest):
+        return self.create_masked_store(ptrs, value, no_mask(ptrs), *rest)
+
     def masked_load(self, ptrs, mask, *rest, **options):
         return load(self, *seen("load", ptrs, mask), *rest, **options)
 
@@ -824,5 +845,6 @@ def install_interpreter_hooks() -> None:
     executor._init_args_hst, executor.__call__ = init_args, call
     builder.create_dot = create_dot
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+    builder.create_load, builder.create_store = plain_load, plain_store
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
     interpreter._course_hooks = True

@@ -8,9 +8,10 @@
 #   bash scripts/gpu_run.sh profile NAME...           one student's grading, step by step (scripts/profile_grading.py)
 #   bash scripts/gpu_run.sh tilings                   PS4's and PS5's candidate tilings, each alone (scripts/time_tilings.py)
 #   bash scripts/gpu_run.sh attention                 lesson 8's attention and a descriptor-fed variant (scripts/time_attention_variants.py)
+#   bash scripts/gpu_run.sh fp8                       ways to add lesson 11's FP8 partial sums into float32 (scripts/time_fp8_accumulation.py)
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile|tilings|attention [args]"}; shift
+stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile|tilings|attention|fp8 [args]"}; shift
 out=${OUT:-results/gpu}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then  # once per machine: later stages reuse /tmp/site
@@ -50,5 +51,6 @@ case $stage in
   profile) for name in "$@"; do python3 scripts/profile_grading.py "$name"; done 2>&1 | tee "$out/profile.log" ;;
   tilings) python3 scripts/time_tilings.py 2>&1 | tee "$out/tilings.log" ;;
   attention) python3 scripts/time_attention_variants.py 2>"$out/attention-compiler.log" | tee "$out/attention.log" ;;
-  *) echo "unknown stage $stage: use bench, tests, class, traffic, profile, tilings or attention" >&2; exit 2 ;;
+  fp8) python3 scripts/time_fp8_accumulation.py 2>&1 | tee "$out/fp8-accumulation.log" ;;
+  *) echo "unknown stage $stage: use bench, tests, class, traffic, profile, tilings, attention or fp8" >&2; exit 2 ;;
 esac

@@ -606,6 +606,19 @@ def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_computed_from(
     assert words in str(raised.value)
 
 
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")
+@pytest.mark.parametrize("kernel, advice", [
+    (_reads_one_ahead, "Its mask let these lanes through: the mask must be false wherever the pointer passes"),
+    (_reads_backwards_too_far, "It has no mask: lanes past the data need one (e.g. tl.load(..., mask=offsets < "
+                               "n_elements)), or the offset is wrong.")])
+def test_an_out_of_bounds_access_says_whether_it_had_a_mask(kernel, advice):
+    from autograder.guards import OutOfBoundsAccess
+    with pytest.raises(OutOfBoundsAccess) as raised:
+        kernel[(5,)](torch.randn(10), torch.empty(10), 10, BLOCK=2)
+    assert advice in str(raised.value)
+    assert ("It has no mask" in str(raised.value)) != ("Its mask" in str(raised.value))
+
+
 @triton.jit
 def _load_from_an_integer(out_ptr):
     tl.store(out_ptr, tl.load(tl.full((), 4096, tl.int64).to(tl.pointer_type(tl.float32))))

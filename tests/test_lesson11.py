@@ -348,3 +348,17 @@ def test_the_notebook_asks_every_lesson_eleven_question_and_each_has_chinese():
     ours = [q for q in questions if q.startswith("q11")]
     assert len(ours) >= 3 and all(f'ask("{q}")' in code for q in ours)
     assert all(questions[q]["zh"]["question"] for q in ours)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the script times on a GPU; in the interpreter it checks values")
+def test_every_way_of_adding_fp8_sums_that_the_gpu_notes_time_computes_the_product():
+    """scripts/time_fp8_accumulation.py (results/gpu/NOTES.md, 2026-12-07 (m)), run as on the CPU:
+    each of its five variants within float16's rounding of the exact product."""
+    import subprocess
+    import sys
+    from conftest import venv_env
+    done = subprocess.run([sys.executable, "scripts/time_fp8_accumulation.py"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=venv_env(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    errors = [float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines() if "max error" in line]
+    assert len(errors) == 5 and max(errors) < 0.05, done.stdout

@@ -44,8 +44,10 @@ instructor's process, while a Ctrl-C waits): over 100 times the longest referenc
 
 
 def review_notes(notebooks: list[Path]) -> list[str]:
-    """One note naming what the answer cells reach for, e.g. ``review by hand: ctypes (memory
-    by address)``; none when they reach for nothing listed in :data:`REACHES`."""
+    """The notes for an instructor: one naming what the answer cells reach for, e.g. ``review by
+    hand, the answer cells use: ctypes (memory by address)``, none when they reach for nothing
+    listed in :data:`REACHES`; before it, one saying so when the cells were longer than
+    :data:`MAX_REVIEWED_CHARS` and only their start was searched."""
     text = "\n".join(answer_code(path) for path in notebooks)
     partly = [f"answer cells of {len(text):,} characters: only the first {MAX_REVIEWED_CHARS:,} were searched "
               "for what to review"] if len(text) > MAX_REVIEWED_CHARS else []
