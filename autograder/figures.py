@@ -23,6 +23,8 @@ Where the figures come from:
   bytes take at a measured rate).
 - the class tables of GPU sessions (``results/gpu/class-grading-*.md``): each problem set's
   reference as the judge timed it in every committed class run (:func:`class_runs`).
+- the committed GPU runs of the lessons (``results/gpu/notebook-outputs-*.txt``): the range of each
+  figure a lesson printed over all of them (:func:`lesson_runs`).
 - the declarations, not a measurement: ``<exercise>.threshold``, the throughput threshold an
   exercise declares (``<!--fig:ps1_broadcast_add.threshold:g-->0.8×<!--/fig-->``), so prose that
   quotes a threshold follows a change to it in one sync.
@@ -146,7 +148,7 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         if name in figs:
             raise ValueError(f"{_relative(registry)}: {name} is also a figure of {_relative(results)}")
         figs[name] = Figure(**entry)
-    figs |= _declared() | class_runs()
+    figs |= _declared() | class_runs() | lesson_runs()
     for name, (unit, formula) in DERIVED.items():
         used = []
 
@@ -205,6 +207,28 @@ def class_runs(folder: Path = REGISTRY.parent) -> dict[str, Figure]:
         figs |= {f"{name}.judge_low": Figure(min(ratios), "×", date, cards, source),
                  f"{name}.judge_high": Figure(max(ratios), "×", date, cards, source),
                  f"{name}.judge_runs": Figure(len(ratios), "", date, cards, source)}
+    return figs
+
+
+def lesson_runs(folder: Path = REGISTRY.parent) -> dict[str, Figure]:
+    """Each figure the lessons printed, over every committed GPU run of them
+    (``notebook-outputs-*.txt``): ``<name>.runs_low`` and ``.runs_high``, and ``.runs`` (how many
+    runs printed it), dated by the newest run, the cards named. Prose quotes these where one run's
+    figure moves more between runs than the point it makes."""
+    seen: dict[str, list[dict]] = {}
+    outputs = sorted(folder.glob("notebook-outputs-*.txt"))
+    for path in outputs:
+        for line in path.read_text().splitlines():
+            if line.startswith(LINE):
+                entry = json.loads(line.removeprefix(LINE))
+                seen.setdefault(entry["name"], []).append(entry)
+    source, figs = f"{_relative(folder)}/notebook-outputs-*.txt", {}
+    for name, runs in seen.items():
+        values, date = [r["value"] for r in runs], max(r["date"] for r in runs)
+        cards, unit = ", ".join(sorted({r["card"].removeprefix("NVIDIA ") for r in runs})), runs[-1]["unit"]
+        figs |= {f"{name}.runs_low": Figure(min(values), unit, date, cards, source),
+                 f"{name}.runs_high": Figure(max(values), unit, date, cards, source),
+                 f"{name}.runs": Figure(len(values), "", date, cards, source)}
     return figs
 
 

@@ -143,3 +143,16 @@ def test_the_judges_verdicts_on_each_reference_are_read_from_the_class_tables(tm
     assert (low.value, high.value, runs.value) == (1.12, 1.31, 2)
     assert (runs.date, runs.card) == ("2026-12-07", "H100 80GB HBM3, H200")
     assert (figs["class_runs.tables"].value, figures.class_runs(tmp_path / "none")) == (2, {})
+
+
+def test_a_lesson_figures_range_is_read_from_every_committed_run_of_the_lessons(tmp_path):
+    line = 'figure: {{"name": "hopper.goals.fp8_8192", "value": {v}, "unit": "×", "date": "{d}", "card": "{c}"}}'
+    (tmp_path / "notebook-outputs-2026-12-06-h100.txt").write_text("\n".join([
+        "--- cell 42", line.format(v=0.71, d="2026-12-06", c="NVIDIA H100 80GB HBM3"), "e4m3 8192³ 0.710x"]))
+    (tmp_path / "notebook-outputs-2026-12-08-h200.txt").write_text(line.format(v=0.93, d="2026-12-08", c="NVIDIA H200"))
+    (tmp_path / "notes.txt").write_text(line.format(v=9.9, d="2026-12-09", c="NVIDIA H200"))  # not a run's outputs
+    figs = figures.lesson_runs(tmp_path)
+    low, high, runs = (figs[f"hopper.goals.fp8_8192.{k}"] for k in ("runs_low", "runs_high", "runs"))
+    assert (low.text(), high.text(), runs.text()) == ("0.71×", "0.93×", "2")
+    assert (runs.date, runs.text("card")) == ("2026-12-08", "H100 80GB HBM3, H200")
+    assert figures.lesson_runs(tmp_path / "none") == {}
