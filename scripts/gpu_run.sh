@@ -9,9 +9,10 @@
 #   bash scripts/gpu_run.sh tilings                   PS4's and PS5's candidate tilings, each alone (scripts/time_tilings.py)
 #   bash scripts/gpu_run.sh attention                 lesson 8's attention and a descriptor-fed variant (scripts/time_attention_variants.py)
 #   bash scripts/gpu_run.sh fp8                       ways to add lesson 11's FP8 partial sums into float32 (scripts/time_fp8_accumulation.py)
+#   bash scripts/gpu_run.sh epilogue                  lesson 11's matmul with its output tile stored in halves (scripts/time_epilogue_subtile.py)
 # Wheels for what that image lacks (nbclient, ipykernel, ...) travel in .whl (see README).
 set -uo pipefail
-stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile|tilings|attention|fp8 [args]"}; shift
+stage=${1:?"usage: gpu_run.sh bench|tests|class|traffic|profile|tilings|attention|fp8|epilogue [args]"}; shift
 out=${OUT:-results/gpu}
 mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then  # once per machine: later stages reuse /tmp/site
@@ -52,5 +53,6 @@ case $stage in
   tilings) python3 scripts/time_tilings.py 2>&1 | tee "$out/tilings.log" ;;
   attention) python3 scripts/time_attention_variants.py 2>"$out/attention-compiler.log" | tee "$out/attention.log" ;;
   fp8) python3 scripts/time_fp8_accumulation.py 2>&1 | tee "$out/fp8-accumulation.log" ;;
-  *) echo "unknown stage $stage: use bench, tests, class, traffic, profile, tilings, attention or fp8" >&2; exit 2 ;;
+  epilogue) python3 scripts/time_epilogue_subtile.py 2>&1 | tee "$out/epilogue-subtile.log" ;;
+  *) echo "unknown stage $stage: use bench, tests, class, traffic, profile, tilings, attention, fp8 or epilogue" >&2; exit 2 ;;
 esac

@@ -362,3 +362,17 @@ def test_every_way_of_adding_fp8_sums_that_the_gpu_notes_time_computes_the_produ
     assert done.returncode == 0, done.stderr
     errors = [float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines() if "max error" in line]
     assert len(errors) == 5 and max(errors) < 0.05, done.stdout
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the script times on a GPU; in the interpreter it checks values")
+def test_the_matmul_with_its_output_stored_in_halves_that_the_gpu_notes_time_computes_the_product():
+    """scripts/time_epilogue_subtile.py (results/gpu/NOTES.md, 2026-12-07 (m)), run as on the CPU:
+    the tile stored whole and in two halves, each within float32's rounding of a @ b."""
+    import subprocess
+    import sys
+    from conftest import venv_env
+    done = subprocess.run([sys.executable, "scripts/time_epilogue_subtile.py"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=venv_env(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr
+    errors = [float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines() if "max error" in line]
+    assert len(errors) == 2 and max(errors) < 1e-4, done.stdout
