@@ -9,7 +9,9 @@
   grading reads, declares it.
 
 And CONTRIBUTING.md names only commands that exist."""
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -146,3 +148,28 @@ def test_after_that_sync_the_copy_is_in_step_and_its_package_declares_the_new_th
     graded = course(threshold_changed, "-c", f"from autograder import exercises; "
                                              f"print(exercises.get({PS!r}).throughput.threshold)")
     assert graded.stdout.split() == [f"{NEW_THRESHOLD:g}"], graded.stdout + graded.stderr
+
+
+def test_a_gpu_session_runs_its_plans_stages_in_the_background_and_packs_what_they_wrote(tmp_path):
+    """scripts/gpu_session.sh on a machine without a GPU, with a gpu_run.sh that prints its
+    arguments: each stage's arguments (quoted ones whole) and exit status, a stage for another card
+    skipped, the runs packed."""
+    import tarfile
+    tree, out = tmp_path / "tree", tmp_path / "out"
+    (tree / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "gpu_session.sh", tree / "scripts")
+    (tree / "scripts" / "gpu_run.sh").write_text('printf "%s\\n" "$@"\nexit 3\n')
+    out.mkdir()
+    plan = tmp_path / "plan.txt"
+    plan.write_text('# a comment\nfirst tests -k "ps1 or ps2"  # why\nonly-on NO SUCH CARD\nsecond bench\n')
+    env = {**os.environ, "OUT": str(out), "GPU_SESSION_DIR": str(tmp_path / "runs"),
+           "GPU_SESSION_TREE": str(tmp_path / "copy")}
+    done = subprocess.run(["bash", "scripts/gpu_session.sh", "60", str(plan)], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    progress = done.stdout
+    assert re.search(r"end first rc=3 ", progress) and "skip second (not on a GPU)" in progress, progress
+    assert progress.rstrip().endswith("all done"), progress
+    assert (tmp_path / "runs" / "first.console").read_text().splitlines() == ["tests", "-k", "ps1 or ps2"]
+    with tarfile.open(out / "gpurun.tgz") as packed:
+        assert {"runs/progress", "runs/first.console", "runs/done"} <= set(packed.getnames())
