@@ -30,7 +30,7 @@ def check(exercise: str, fn, *, seed: int | None = None, cases: str = "visible",
     spec = exercises.get(exercise)
     where = device.current()
     seed = secrets.randbits(31) if seed is None else seed
-    call = InProcess(spec, fn, where.device)
+    call = InProcess(spec, fn, where.device, notice=verbose)
     with first_lines():
         result = CheckResult(spec.name, seed, run_cases(spec, call, spec.cases(cases, where.device), seed, where.device))
         if measure_throughput and spec.throughput is not None:

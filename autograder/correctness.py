@@ -21,6 +21,9 @@ _INVALID_GRADIENT = re.compile(r"invalid gradient at index (\d+) - got \[([^\]]*
                                r"with \[([^\]]*)\]")
 """PyTorch's autograd, on a backward that returned a gradient of the wrong shape."""
 SHOWN_MISMATCHES = 5
+STILL_RUNNING_NOTICE_S = 15.0
+"""After this long, a self-check says that a call is still running, and what is likely (``check``
+only: a graded cell must print nothing unexpected)."""
 _CUDA_FAULT = re.compile(r"illegal memory access|misaligned address|unspecified launch failure"
                          r"|device-side assert|illegal instruction", re.IGNORECASE)
 """CUDA errors after which the process's CUDA context is unusable: every later call fails."""
@@ -135,8 +138,10 @@ class InProcess:
     stray: OutOfBoundsAccess | None = None
     """The first out-of-bounds access a case made, with its launch (``check`` draws its trace)."""
 
-    def __init__(self, exercise: Exercise, fn, device: str):
+    def __init__(self, exercise: Exercise, fn, device: str, notice: bool = False):
+        """``notice``: print a note when a call has run :data:`STILL_RUNNING_NOTICE_S`."""
         self.exercise, self.device, self.earlier = exercise, device, []
+        self.notice_after = STILL_RUNNING_NOTICE_S if notice else None
         self.fn = functools.wraps(fn)(self._keeping_stray(fn)) if callable(fn) else fn
 
     def _keeping_stray(self, fn):
@@ -156,7 +161,8 @@ class InProcess:
     def __call__(self, case: Case, seed: int, inputs):
         zones = GuardZones() if self.device == "cuda" else None
         given = tuple(copy_input(t, zones) if isinstance(t, torch.Tensor) else t for t in inputs)
-        return call_student(self.exercise, self.fn, given, case.label, self.device, self.earlier, zones)
+        return call_student(self.exercise, self.fn, given, case.label, self.device, self.earlier, zones,
+                            notice_after=self.notice_after)
 
 
 def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor:
@@ -170,12 +176,13 @@ def copy_input(t: torch.Tensor, zones: GuardZones | None = None) -> torch.Tensor
 
 
 def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, earlier: list,
-                 zones: GuardZones | None = None, all_threads: bool = False) -> tuple[tuple | None, Problem | None]:
+                 zones: GuardZones | None = None, all_threads: bool = False,
+                 notice_after: float | None = None) -> tuple[tuple | None, Problem | None]:
     """Call ``fn`` on ``given`` (the case ``label``) under the course's rules, its backward too
     for an exercise with gradients (:meth:`~autograder.spec.Exercise.call`): ``(outputs, None)``,
     or ``(None, why not)`` when it raised, broke a rule, or returned no fresh tensor. ``earlier`` keeps the
     outputs of earlier calls (a reused buffer is refused); ``all_threads``: see
-    :func:`~autograder.guards.watch`."""
+    :func:`~autograder.guards.watch`; ``notice_after``: see :func:`~autograder.guards.time_limit`."""
     if (problem := signature_problem(exercise, fn, exercise.arguments(given))) is not None:
         return None, Problem(problem, "signature")
     before = [t.clone() for t in _tensors(given)]
@@ -183,7 +190,7 @@ def call_student(exercise: Exercise, fn, given: tuple, label: str, device: str, 
     # float32 graded on a GPU: its tl.dot's default precision is TF32 there, and here too
     tf32 = device == "cpu" and any(c.dtype == torch.float32 for c in exercise.visible_cases.get("cuda", ()))
     try:
-        with time_limit(exercise.time_limit_s, what), gpu_dot_precision(tf32), \
+        with time_limit(exercise.time_limit_s, what, notice_after), gpu_dot_precision(tf32), \
                 watch(exercise.allowed_ops, zones, all_threads) as record:
             made = exercise.call(fn, given)
             if device == "cuda":

@@ -453,8 +453,10 @@ def later_code() -> dict[str, object]:
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float, what: str):
-    """Raise :class:`KernelTimeout` if the block runs longer than ``seconds``.
+def time_limit(seconds: float, what: str, notice_after: float | None = None):
+    """Raise :class:`KernelTimeout` if the block runs longer than ``seconds``; with
+    ``notice_after`` (fewer seconds), first print once that the block is still running, and why
+    that is likely (:func:`still_running`), so that a student does not wait minutes in silence.
 
     Uses SIGALRM, so it works in the main thread only (a notebook's cells run there);
     elsewhere the block runs unguarded. A GPU kernel that never ends blocks inside the
@@ -463,18 +465,41 @@ def time_limit(seconds: float, what: str):
     if threading.current_thread() is not threading.main_thread() or seconds <= 0:
         yield
         return
+    noticed = not notice_after or notice_after >= seconds
 
     def expire(signum, frame):
+        nonlocal noticed
+        if not noticed:
+            noticed = True
+            print(still_running(what, notice_after, seconds), flush=True)
+            signal.setitimer(signal.ITIMER_REAL, seconds - notice_after)
+            return
         raise KernelTimeout(say("{what} did not finish within {seconds:g} s. Look for a loop whose bound never "
                                 "becomes false, or a grid far larger than intended.", what=what, seconds=seconds))
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds if noticed else notice_after)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def still_running(what: str, after: float, limit: float) -> str:
+    """A note that ``what`` has run ``after`` seconds of its ``limit``: in Triton's interpreter,
+    with the kernel under way and how many programs it runs one after another."""
+    programs = 0
+    if _launching is not None:
+        from triton.runtime import interpreter
+        programs = math.prod(interpreter.interpreter_builder.grid_dim)  # 0: the launch has not begun its programs
+    if not programs:
+        return say("({what} is still running after {after:g} s; Kernel > Interrupt stops it, and the check stops it "
+                   "at {limit:g} s.)", what=what, after=after, limit=limit)
+    return say("({what} is still running after {after:g} s, inside `{kernel}`, whose {programs:,} programs Triton's "
+               "interpreter runs one after another: a grid far larger than intended, or a loop that never ends? "
+               "Kernel > Interrupt stops it, and the check stops it at {limit:g} s.)",
+               what=what, after=after, kernel=_launching, programs=programs, limit=limit)
 
 
 # --- interpreter hooks ---------------------------------------------------------------------
@@ -710,6 +735,8 @@ the values the kernel runs with and the function that sees each access, or None.
 _on_access = None
 """That function for the launch under way: called with the kind ("load", "store" or
 "atomic"), the pointers and the mask, it returns the pointers and mask to run with."""
+_launching: str | None = None
+"""The name of the interpreted kernel under way, or None (:func:`still_running`)."""
 _tf32 = False
 """Whether interpreted dots round float32 operands as a GPU does (:func:`gpu_dot_precision`)."""
 
@@ -775,8 +802,10 @@ def install_interpreter_hooks() -> None:
         return values[:len(args_hst)], dict(zip(kwargs_hst, values[len(args_hst):]))
 
     def call(self, *args_dev, **kwargs):
-        global _on_access
-        previous = _on_access
+        global _on_access, _launching
+        previous, outer = _on_access, _launching
+        _launching = getattr(self.fn, "__name__", "the kernel")
+        interpreter.interpreter_builder.set_grid_dim(0, 0, 0)  # until this launch sets its own
         try:
             with np.errstate(all="ignore"):  # overflow to inf, 0/0 to NaN: IEEE arithmetic, silent as on a GPU
                 return original_call(self, *args_dev, **kwargs)
@@ -799,7 +828,7 @@ def install_interpreter_hooks() -> None:
                     kernel=getattr(self.fn, "__name__", "the kernel")),
                 *kernel_line(stop.__traceback__)])) from None
         finally:
-            _on_access = previous
+            _on_access, _launching = previous, outer
 
     def seen(kind, ptrs, mask):
         return (ptrs, mask) if _on_access is None else _on_access(kind, ptrs, mask)

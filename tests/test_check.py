@@ -802,3 +802,47 @@ def test_a_check_shows_the_first_lines_a_function_prints_and_counts_the_rest(cap
     left_out = 100 * len(calls) - printed.MAX_LINES
     assert f"({left_out:,} more lines that your code printed are left out; the first 200 are above.)" in shown
     assert result.correct and shown[-1].strip().startswith("✅ passed")  # the summary itself is never cut
+
+
+def test_a_call_still_running_is_noticed_once_and_still_stopped_at_its_limit(capsys):
+    from autograder.guards import KernelTimeout, time_limit
+    with time_limit(5, "`add` on 4 float32", notice_after=0.1):
+        time.sleep(0.4)
+    out = capsys.readouterr().out
+    assert out.count("still running") == 1 and "`add` on 4 float32 is still running after 0.1 s" in out
+    assert "the check stops it at 5 s" in out
+    with pytest.raises(KernelTimeout, match="did not finish within 0.5 s"):
+        with time_limit(0.5, "`add` on 4 float32", notice_after=0.1):
+            time.sleep(3)
+
+
+@triton.jit
+def _counts_slowly(out_ptr, n):
+    total = 0
+    for _ in range(n):
+        total += 1
+    tl.store(out_ptr + tl.program_id(0), total)
+
+
+@pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter runs programs one after another")
+def test_a_kernel_still_running_in_the_interpreter_is_named_with_its_programs(capsys):
+    from autograder.guards import time_limit
+    _counts_slowly[(1,)](torch.zeros(1, dtype=torch.int32), 1)  # the interpreter's first launch sets itself up
+    with time_limit(60, "`count` on 3 programs", notice_after=0.3):
+        _counts_slowly[(3,)](torch.zeros(3, dtype=torch.int32), 10_000)
+    assert "inside `_counts_slowly`, whose 3 programs Triton's interpreter runs one after another" in \
+        capsys.readouterr().out
+
+
+def test_only_a_students_own_check_says_a_call_is_still_running(monkeypatch, capsys):
+    """A graded cell's check (verbose=False) prints nothing of the kind."""
+    from autograder import correctness
+
+    def slow_add(x, y):
+        time.sleep(0.3)
+        return x + y
+    monkeypatch.setattr(correctness, "STILL_RUNNING_NOTICE_S", 0.05)
+    check("vector_add", slow_add, cases="visible", verbose=False)
+    assert "still running" not in capsys.readouterr().out
+    check("vector_add", slow_add, cases="visible")
+    assert "is still running after 0.05 s" in capsys.readouterr().out
