@@ -213,22 +213,23 @@ def class_runs(folder: Path = REGISTRY.parent) -> dict[str, Figure]:
 def lesson_runs(folder: Path = REGISTRY.parent) -> dict[str, Figure]:
     """Each figure the lessons printed, over every committed GPU run of them
     (``notebook-outputs-*.txt``): ``<name>.runs_low`` and ``.runs_high``, and ``.runs`` (how many
-    runs printed it), dated by the newest run, the cards named. Prose quotes these where one run's
-    figure moves more between runs than the point it makes."""
+    files printed it: a run's outputs file may hold a figure twice, from the English and the
+    Chinese notebook), dated by the newest run, the cards named. The runs span cards and versions
+    of the course's code alike. Prose quotes these where one run's figure moves more between runs
+    than the point it makes."""
     seen: dict[str, list[dict]] = {}
-    outputs = sorted(folder.glob("notebook-outputs-*.txt"))
-    for path in outputs:
+    for path in sorted(folder.glob("notebook-outputs-*.txt")):
         for line in path.read_text().splitlines():
             if line.startswith(LINE):
                 entry = json.loads(line.removeprefix(LINE))
-                seen.setdefault(entry["name"], []).append(entry)
+                seen.setdefault(entry["name"], []).append({**entry, "run": path.name})
     source, figs = f"{_relative(folder)}/notebook-outputs-*.txt", {}
-    for name, runs in seen.items():
-        values, date = [r["value"] for r in runs], max(r["date"] for r in runs)
-        cards, unit = ", ".join(sorted({r["card"].removeprefix("NVIDIA ") for r in runs})), runs[-1]["unit"]
+    for name, entries in seen.items():
+        values, date = [e["value"] for e in entries], max(e["date"] for e in entries)
+        cards, unit = ", ".join(sorted({e["card"].removeprefix("NVIDIA ") for e in entries})), entries[-1]["unit"]
         figs |= {f"{name}.runs_low": Figure(min(values), unit, date, cards, source),
                  f"{name}.runs_high": Figure(max(values), unit, date, cards, source),
-                 f"{name}.runs": Figure(len(values), "", date, cards, source)}
+                 f"{name}.runs": Figure(len({e["run"] for e in entries}), "", date, cards, source)}
     return figs
 
 

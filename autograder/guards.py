@@ -466,13 +466,16 @@ def time_limit(seconds: float, what: str, notice_after: float | None = None):
         yield
         return
     noticed = not notice_after or notice_after >= seconds
+    start = time.monotonic()
 
     def expire(signum, frame):
         nonlocal noticed
-        if not noticed:
+        left = start + seconds - time.monotonic()
+        if not noticed and left > 0:  # a signal handled late still keeps the limit
             noticed = True
-            print(still_running(what, notice_after, seconds), flush=True)
-            signal.setitimer(signal.ITIMER_REAL, seconds - notice_after)
+            from .printed import aside
+            aside(still_running(what, time.monotonic() - start, seconds))
+            signal.setitimer(signal.ITIMER_REAL, left)
             return
         raise KernelTimeout(say("{what} did not finish within {seconds:g} s. Look for a loop whose bound never "
                                 "becomes false, or a grid far larger than intended.", what=what, seconds=seconds))
@@ -494,9 +497,13 @@ def still_running(what: str, after: float, limit: float) -> str:
         from triton.runtime import interpreter
         programs = math.prod(interpreter.interpreter_builder.grid_dim)  # 0: the launch has not begun its programs
     if not programs:
-        return say("({what} is still running after {after:g} s; Kernel > Interrupt stops it, and the check stops it "
+        return say("({what} is still running after {after:.3g} s; Kernel > Interrupt stops it, and the check stops it "
                    "at {limit:g} s.)", what=what, after=after, limit=limit)
-    return say("({what} is still running after {after:g} s, inside `{kernel}`, whose {programs:,} programs Triton's "
+    if programs == 1:
+        return say("({what} is still running after {after:.3g} s, inside `{kernel}`, which runs one program: a loop "
+                   "that never ends? Kernel > Interrupt stops it, and the check stops it at {limit:g} s.)",
+                   what=what, after=after, kernel=_launching, limit=limit)
+    return say("({what} is still running after {after:.3g} s, inside `{kernel}`, whose {programs:,} programs Triton's "
                "interpreter runs one after another: a grid far larger than intended, or a loop that never ends? "
                "Kernel > Interrupt stops it, and the check stops it at {limit:g} s.)",
                what=what, after=after, kernel=_launching, programs=programs, limit=limit)
@@ -656,8 +663,8 @@ _MASK_EXAMPLES = {"load": "tl.load(..., mask=offsets < n_elements)",
                   "atomic": "tl.atomic_add(..., mask=offsets < n_elements)"}
 
 
-def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes, unmasked: bool) -> OutOfBoundsAccess:
-    """The error for an access with stray lanes; ``unmasked``: the load or store was given no mask."""
+def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes, how: str | None) -> OutOfBoundsAccess:
+    """The error for an access with stray lanes; ``how`` it was made (:data:`_access_how`)."""
     from triton.runtime.interpreter import interpreter_builder
 
     stray = lanes.active & ~lanes.inside
@@ -696,15 +703,18 @@ def _out_of_bounds(windows: Windows, kind: str, lanes: Lanes, unmasked: bool) ->
         head = say("out-of-bounds store in program {program}: {where}.", program=program, where=where)
     else:
         head = say("out-of-bounds atomic in program {program}: {where}.", program=program, where=where)
-    if unmasked:
-        advice = say("It has no mask: lanes past the data need one (e.g. {example}), or the offset is wrong.",
+    if how == "no mask":
+        advice = say("It has no mask: lanes outside the data need one (e.g. {example}), or the offset is wrong.",
                      example=_MASK_EXAMPLES[kind])
+    elif how == "descriptor":
+        advice = say("It went through a tensor descriptor, whose shape or strides reach past the tensor it was made "
+                     "from: give the descriptor the tensor's own shape and strides.")
     elif kind == "atomic":  # Triton gives an atomic without a mask one that is true everywhere
         advice = say("The offset is wrong, or lanes past the data need a mask (e.g. {example}).",
                      example=_MASK_EXAMPLES[kind])
     else:
-        advice = say("Its mask let these lanes through: the mask must be false wherever the pointer passes the "
-                     "tensor's end, so compare it with the offsets added to the pointer.")
+        advice = say("Its mask let these lanes through: the mask must be false wherever the pointer falls outside "
+                     "the tensor, so compare it with the offsets added to the pointer.")
     message = f"{head} {advice}"
     error = OutOfBoundsAccess(message)
     error.program = tuple(int(i) for i in interpreter_builder.grid_idx)
@@ -723,7 +733,7 @@ def bounds_check(names: list[str], values: list):
     def check(kind: str, ptrs, mask):
         lanes = windows.lanes(ptrs, mask)
         if not (lanes.inside | ~lanes.active).all():
-            raise _out_of_bounds(windows, kind, lanes, getattr(mask, "course_no_mask", False))
+            raise _out_of_bounds(windows, kind, lanes, _access_how)
         stores.see(kind, lanes)
         return windows.real(lanes, ptrs)
     return windows.values, check
@@ -735,6 +745,9 @@ the values the kernel runs with and the function that sees each access, or None.
 _on_access = None
 """That function for the launch under way: called with the kind ("load", "store" or
 "atomic"), the pointers and the mask, it returns the pointers and mask to run with."""
+_access_how: str | None = None
+"""How the interpreted access under way was written, when not a masked pointer access: "no mask"
+(``tl.load``/``tl.store`` without one) or "descriptor" (a tensor descriptor's)."""
 _launching: str | None = None
 """The name of the interpreted kernel under way, or None (:func:`still_running`)."""
 _tf32 = False
@@ -837,16 +850,16 @@ def install_interpreter_hooks() -> None:
     load, store, dot = builder.create_masked_load, builder.create_masked_store, builder.create_dot
     rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
 
-    def no_mask(ptrs):  # what the interpreter's create_load and create_store make, marked as no mask
-        mask = interpreter.TensorHandle(np.ones_like(ptrs.data, dtype=bool), tl.int1)
-        mask.course_no_mask = True
-        return mask
-
-    def plain_load(self, ptrs, *rest):
-        return self.create_masked_load(ptrs, no_mask(ptrs), None, *rest)
-
-    def plain_store(self, ptrs, value, *rest):
-        return self.create_masked_store(ptrs, value, no_mask(ptrs), *rest)
+    def marked(original, how: str):
+        """``original``, with :data:`_access_how` saying ``how`` while it runs."""
+        def access(self, *args, **kwargs):
+            global _access_how
+            outer, _access_how = _access_how, how
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _access_how = outer
+        return access
 
     def masked_load(self, ptrs, mask, *rest, **options):
         return load(self, *seen("load", ptrs, mask), *rest, **options)
@@ -874,6 +887,10 @@ def install_interpreter_hooks() -> None:
     executor._init_args_hst, executor.__call__ = init_args, call
     builder.create_dot = create_dot
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-    builder.create_load, builder.create_store = plain_load, plain_store
+    builder.create_load = marked(builder.create_load, "no mask")  # both call create_masked_*, above
+    builder.create_store = marked(builder.create_store, "no mask")
+    for name in ("create_descriptor_load", "create_descriptor_store"):  # so do these, with the descriptor's mask
+        if hasattr(builder, name):
+            setattr(builder, name, marked(getattr(builder, name), "descriptor"))
     builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
     interpreter._course_hooks = True

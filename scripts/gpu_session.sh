@@ -9,7 +9,8 @@
 # stages remain.
 # PLAN (default scripts/gpu_plans/h200.txt): a stage a line, "NAME ARGS...", with ARGS as
 # scripts/gpu_run.sh takes them; "only-on TEXT" runs the lines after it only on a card whose name
-# contains TEXT; "#" starts a comment.
+# contains TEXT; "#" starts a comment (a line is evaluated as shell words: the plan is the course's
+# own file). The exit status says only whether the packing worked; each stage's is in the progress.
 set -uo pipefail
 runs=${GPU_SESSION_DIR:-/tmp/gpurun}
 tree=${GPU_SESSION_TREE:-/tmp/tree}
@@ -18,7 +19,7 @@ run_plan() {  # in the copy of the tree, under setsid
   local card line name words only=""
   card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   echo "card: ${card:-none}  commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')  start: $(date -u +%T)" >> "$runs/progress"
-  while read -r line; do
+  while read -r line || [ -n "$line" ]; do  # a last line without its newline too
     line=${line%%#*}
     eval "words=( $line )"  # the plan is the course's own file: quoted arguments stay whole
     [ ${#words[@]} -eq 0 ] && continue
@@ -53,4 +54,6 @@ fi
 end=$((SECONDS + wait_s))
 while [ $SECONDS -lt "$end" ] && [ ! -e "$runs/done" ]; do sleep 5; done
 cat "$runs/progress"
-tar -C "$(dirname "$runs")" -czf "$OUT/gpurun.tgz" "$(basename "$runs")"
+# Stages may still be writing: a file that changes while tar reads it is packed as it was then.
+tar --warning=no-file-changed -C "$(dirname "$runs")" -czf "$OUT/gpurun.tgz" "$(basename "$runs")"
+[ $? -le 1 ] || exit 1  # tar's 1: some file changed as it was read; a stage's own status is in the progress

@@ -5,7 +5,8 @@ events), each with its error on one 4096³ input against the exact product of th
 that only the sums' error and the float16 output's rounding remain):
 ``bash scripts/gpu_run.sh fp8``. With ``TRITON_INTERPRET=1`` it checks every variant's values on a
 small case instead (tests/test_lesson11.py runs that).
-Results: results/gpu/NOTES.md, 2026-12-07 (m)."""
+Results: results/gpu/NOTES.md, 2026-12-07 (m), whose logs printed the last round's TFLOP/s beside
+the rounds' median ratio; it now prints the rounds' medians of both."""
 import itertools
 import os
 import statistics
@@ -133,16 +134,16 @@ def main():
             print(f"{label}: {type(error).__name__}: {str(error).splitlines()[0][:150]}", flush=True)
             continue
         fast = variant == 4
-        ratios = []
+        ours, theirs = [], []
         for _ in range(3):  # alternate, medians of 30
-            t_ref = median_ms(cublas[fast])
-            t = median_ms(lambda: run(a8, w8, variant, bm, bn, bk, warps, stages, programs))
-            ratios.append(t_ref / t)
-        ratio = statistics.median(ratios)
+            theirs.append(median_ms(cublas[fast]))
+            ours.append(median_ms(lambda: run(a8, w8, variant, bm, bn, bk, warps, stages, programs)))
+        ratio = statistics.median(r / o for r, o in zip(theirs, ours))
         rows.append((ratio, label))
         flops = 2 * n**3
-        print(f"{label}: {ratio:.3f}x scaled_mm(fast_accum={fast})  {flops / t / 1e9:.0f} TFLOP/s "
-              f"(cuBLAS {flops / t_ref / 1e9:.0f})  rel err {err:.4e}", flush=True)
+        print(f"{label}: {ratio:.3f}x scaled_mm(fast_accum={fast})  {flops / statistics.median(ours) / 1e9:.0f} "
+              f"TFLOP/s (cuBLAS {flops / statistics.median(theirs) / 1e9:.0f}, medians of the rounds)  "
+              f"rel err {err:.4e}", flush=True)
     print("best per variant:")
     for name in VARIANTS.values():
         print(" ", max((row for row in rows if row[1].startswith(name)), default=None))

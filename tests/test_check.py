@@ -606,17 +606,40 @@ def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_computed_from(
     assert words in str(raised.value)
 
 
+@triton.jit
+def _stores_without_a_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))
+
+
+@triton.jit
+def _adds_without_a_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr + offsets, 1.0)
+
+
+@triton.jit
+def _reads_through_a_descriptor_too_long(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    x = tl.make_tensor_descriptor(x_ptr, shape=[n + 8], strides=[1], block_shape=[16])
+    offsets = tl.arange(0, 16)
+    tl.store(out_ptr + offsets, x.load([0]), mask=offsets < n)
+
+
 @pytest.mark.skipif(not DEVICE.interpreted, reason="the interpreter's bounds check")
 @pytest.mark.parametrize("kernel, advice", [
-    (_reads_one_ahead, "Its mask let these lanes through: the mask must be false wherever the pointer passes"),
-    (_reads_backwards_too_far, "It has no mask: lanes past the data need one (e.g. tl.load(..., mask=offsets < "
-                               "n_elements)), or the offset is wrong.")])
+    (_reads_one_ahead, "Its mask let these lanes through: the mask must be false wherever the pointer falls"),
+    (_reads_backwards_too_far, "It has no mask: lanes outside the data need one (e.g. tl.load(..., mask=offsets < "
+                               "n_elements)), or the offset is wrong."),
+    (_stores_without_a_mask, "It has no mask: lanes outside the data need one (e.g. tl.store("),
+    (_adds_without_a_mask, "The offset is wrong, or lanes past the data need a mask (e.g. tl.atomic_add("),
+    (_reads_through_a_descriptor_too_long, "It went through a tensor descriptor, whose shape or strides reach past")])
 def test_an_out_of_bounds_access_says_whether_it_had_a_mask(kernel, advice):
     from autograder.guards import OutOfBoundsAccess
-    with pytest.raises(OutOfBoundsAccess) as raised:
-        kernel[(5,)](torch.randn(10), torch.empty(10), 10, BLOCK=2)
+    with pytest.raises(OutOfBoundsAccess) as raised:  # 6 programs of 2 lanes for 10 elements
+        kernel[(6,)](torch.randn(10), torch.empty(10), 10, BLOCK=2)
     assert advice in str(raised.value)
-    assert ("It has no mask" in str(raised.value)) != ("Its mask" in str(raised.value))
+    assert sum(start in str(raised.value) for start in ("It has no mask", "Its mask", "The offset is wrong",
+                                                         "It went through")) == 1
 
 
 @triton.jit
@@ -809,11 +832,23 @@ def test_a_call_still_running_is_noticed_once_and_still_stopped_at_its_limit(cap
     with time_limit(5, "`add` on 4 float32", notice_after=0.1):
         time.sleep(0.4)
     out = capsys.readouterr().out
-    assert out.count("still running") == 1 and "`add` on 4 float32 is still running after 0.1 s" in out
+    assert out.count("still running") == 1 and "`add` on 4 float32 is still running after 0.1" in out
     assert "the check stops it at 5 s" in out
+    start = time.monotonic()
     with pytest.raises(KernelTimeout, match="did not finish within 0.5 s"):
         with time_limit(0.5, "`add` on 4 float32", notice_after=0.1):
             time.sleep(3)
+    assert time.monotonic() - start < 0.9  # the notice did not push the limit back
+
+
+def test_the_notice_is_shown_past_the_limit_on_what_the_students_code_prints(capsys):
+    from autograder.guards import time_limit
+    with printed.first_lines(limit=2):
+        print("\n".join(map(str, range(10))))
+        with time_limit(5, "`add` on 4 float32", notice_after=0.05):
+            time.sleep(0.2)
+    out = capsys.readouterr().out
+    assert "is still running after" in out and "(8 more lines that your code printed" in out
 
 
 @triton.jit
@@ -832,6 +867,11 @@ def test_a_kernel_still_running_in_the_interpreter_is_named_with_its_programs(ca
         _counts_slowly[(3,)](torch.zeros(3, dtype=torch.int32), 10_000)
     assert "inside `_counts_slowly`, whose 3 programs Triton's interpreter runs one after another" in \
         capsys.readouterr().out
+    with pytest.raises(Exception, match="cannot be interpreted as an integer"):  # a launch that fails: no kernel left under way
+        _counts_slowly[(3,)](torch.zeros(3, dtype=torch.int32), "not a number")
+    with time_limit(60, "`add` on 4 float32", notice_after=0.05):
+        time.sleep(0.2)
+    assert "inside" not in capsys.readouterr().out
 
 
 def test_only_a_students_own_check_says_a_call_is_still_running(monkeypatch, capsys):
@@ -845,4 +885,4 @@ def test_only_a_students_own_check_says_a_call_is_still_running(monkeypatch, cap
     check("vector_add", slow_add, cases="visible", verbose=False)
     assert "still running" not in capsys.readouterr().out
     check("vector_add", slow_add, cases="visible")
-    assert "is still running after 0.05 s" in capsys.readouterr().out
+    assert "is still running after 0.05" in capsys.readouterr().out

@@ -149,7 +149,8 @@ def test_a_lesson_figures_range_is_read_from_every_committed_run_of_the_lessons(
     line = 'figure: {{"name": "hopper.goals.fp8_8192", "value": {v}, "unit": "×", "date": "{d}", "card": "{c}"}}'
     (tmp_path / "notebook-outputs-2026-12-06-h100.txt").write_text("\n".join([
         "--- cell 42", line.format(v=0.71, d="2026-12-06", c="NVIDIA H100 80GB HBM3"), "e4m3 8192³ 0.710x"]))
-    (tmp_path / "notebook-outputs-2026-12-08-h200.txt").write_text(line.format(v=0.93, d="2026-12-08", c="NVIDIA H200"))
+    (tmp_path / "notebook-outputs-2026-12-08-h200.txt").write_text("\n".join([  # the English and the Chinese run
+        line.format(v=0.93, d="2026-12-08", c="NVIDIA H200"), line.format(v=0.92, d="2026-12-08", c="NVIDIA H200")]))
     (tmp_path / "notes.txt").write_text(line.format(v=9.9, d="2026-12-09", c="NVIDIA H200"))  # not a run's outputs
     figs = figures.lesson_runs(tmp_path)
     low, high, runs = (figs[f"hopper.goals.fp8_8192.{k}"] for k in ("runs_low", "runs_high", "runs"))

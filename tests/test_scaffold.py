@@ -152,8 +152,9 @@ def test_after_that_sync_the_copy_is_in_step_and_its_package_declares_the_new_th
 
 def test_a_gpu_session_runs_its_plans_stages_in_the_background_and_packs_what_they_wrote(tmp_path):
     """scripts/gpu_session.sh on a machine without a GPU, with a gpu_run.sh that prints its
-    arguments: each stage's arguments (quoted ones whole) and exit status, a stage for another card
-    skipped, the runs packed."""
+    arguments, called twice: each stage's arguments (quoted ones whole) and exit status, a stage for
+    another card skipped (the plan's last line, without its newline), the runs packed, nothing
+    started again by the second call."""
     import tarfile
     tree, out = tmp_path / "tree", tmp_path / "out"
     (tree / "scripts").mkdir(parents=True)
@@ -161,13 +162,14 @@ def test_a_gpu_session_runs_its_plans_stages_in_the_background_and_packs_what_th
     (tree / "scripts" / "gpu_run.sh").write_text('printf "%s\\n" "$@"\nexit 3\n')
     out.mkdir()
     plan = tmp_path / "plan.txt"
-    plan.write_text('# a comment\nfirst tests -k "ps1 or ps2"  # why\nonly-on NO SUCH CARD\nsecond bench\n')
+    plan.write_text('# a comment\nfirst tests -k "ps1 or ps2"  # why\nonly-on NO SUCH CARD\nsecond bench')  # no last newline
     env = {**os.environ, "OUT": str(out), "GPU_SESSION_DIR": str(tmp_path / "runs"),
            "GPU_SESSION_TREE": str(tmp_path / "copy")}
-    done = subprocess.run(["bash", "scripts/gpu_session.sh", "60", str(plan)], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    progress = done.stdout
+    calls = [subprocess.run(["bash", "scripts/gpu_session.sh", "60", str(plan)], cwd=tree, env=env,
+                            capture_output=True, text=True, timeout=120) for _ in range(2)]
+    assert all(call.returncode == 0 for call in calls), calls[-1].stderr
+    progress = calls[1].stdout  # the second call packs again and starts nothing
+    assert progress.count("start first") == 1 and progress == calls[0].stdout, progress
     assert re.search(r"end first rc=3 ", progress) and "skip second (not on a GPU)" in progress, progress
     assert progress.rstrip().endswith("all done"), progress
     assert (tmp_path / "runs" / "first.console").read_text().splitlines() == ["tests", "-k", "ps1 or ps2"]
