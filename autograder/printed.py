@@ -45,21 +45,13 @@ class _FirstLines:
         return getattr(self.stream, name)
 
 
-_outside: list = []
-"""The streams :func:`first_lines` stands in front of, innermost last (:func:`aside`)."""
-
-
 @contextlib.contextmanager
 def first_lines(limit: int = MAX_LINES):
     """Within the block, ``sys.stdout`` shows ``limit`` lines; then one line says how many more
     were left out."""
     kept = _FirstLines(sys.stdout, limit)
-    _outside.append(sys.stdout)
-    try:
-        with contextlib.redirect_stdout(kept):
-            yield
-    finally:
-        _outside.pop()
+    with contextlib.redirect_stdout(kept):
+        yield
     if kept.left_out:
         print(say("({count:,} more lines that your code printed are left out; the first {limit} are above.)",
                   count=kept.left_out, limit=limit))
@@ -67,4 +59,4 @@ def first_lines(limit: int = MAX_LINES):
 
 def aside(text: str) -> None:
     """Print the course's own ``text`` now, past :func:`first_lines`' limit and count."""
-    print(text, file=_outside[-1] if _outside else sys.stdout, flush=True)
+    print(text, file=sys.stdout.stream if isinstance(sys.stdout, _FirstLines) else sys.stdout, flush=True)

@@ -1,21 +1,22 @@
 """On a GPU: issue 25's FP8 goal. Five ways for lesson 11's persistent, descriptor-fed FP8 matmul
 to add the tensor cores' partial sums into float32, each in several tilings, against
-``torch._scaled_mm`` in the same mode (8192³ e4m3, 3 alternating rounds of 30-call medians of CUDA
-events), each with its error on one 4096³ input against the exact product of the e4m3 values (so
+``torch._scaled_mm`` in the same mode (8192³ e4m3, side by side with the course's
+``timing.compare``, 3 rounds, as lesson 11 times), each with its error on one 4096³ input against the exact product of the e4m3 values (so
 that only the sums' error and the float16 output's rounding remain):
 ``bash scripts/gpu_run.sh fp8``. With ``TRITON_INTERPRET=1`` it checks every variant's values on a
 small case instead (tests/test_lesson11.py runs that).
-Results: results/gpu/NOTES.md, 2026-12-07 (m), whose logs printed the last round's TFLOP/s beside
-the rounds' median ratio; it now prints the rounds' medians of both."""
+Results: results/gpu/NOTES.md, 2026-12-07 (m). Those logs were timed by an earlier form of this
+script, with single calls between CUDA events (30-call medians, the last round's TFLOP/s beside
+the rounds' median ratio), which put every ratio below the lesson's; it now times as the lesson does."""
 import itertools
 import os
-import statistics
 
 import torch
 import triton
 import triton.language as tl
 
 from autograder.kernels.matmul import tile_order
+from autograder.timing import compare, tflops
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 VARIANTS = {0: "lesson (max_num_imprecise_acc)",  # dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
@@ -79,21 +80,6 @@ def run(a, w, variant, bm, bn, bk, warps, stages, programs):
     return c
 
 
-def median_ms(fn, reps=30):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def check_values():
     """The interpreter: every variant on a 64 × 64 × 128 case of standard normal e4m3 values."""
     e4m3 = torch.float8_e4m3fn
@@ -120,12 +106,13 @@ def main():
     def rel(c):
         return ((c.double() - exact).norm() / exact.norm()).item()
 
-    cublas = {fast: (lambda fast=fast: torch._scaled_mm(a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.float16,
-                                                        use_fast_accum=fast)) for fast in (False, True)}
+    def cublas(fast):
+        return lambda a, w: torch._scaled_mm(a, w.t(), scale_a=one, scale_b=one, out_dtype=torch.float16,
+                                             use_fast_accum=fast)
+
     for fast in (False, True):
-        out = torch._scaled_mm(ea, ew.t(), scale_a=one, scale_b=one, out_dtype=torch.float16, use_fast_accum=fast)
-        print(f"cublas fast_accum={fast}: rel err {rel(out):.4e}")
-    rows = []
+        print(f"cublas fast_accum={fast}: rel err {rel(cublas(fast)(ea, ew)):.4e}")
+    rows, flops = [], 2 * n**3
     for variant, (bm, bn, bk, warps, stages) in itertools.product(VARIANTS, TILINGS):
         label = f"{VARIANTS[variant]} {bm}x{bn}x{bk} w{warps} s{stages}"
         try:
@@ -134,16 +121,11 @@ def main():
             print(f"{label}: {type(error).__name__}: {str(error).splitlines()[0][:150]}", flush=True)
             continue
         fast = variant == 4
-        ours, theirs = [], []
-        for _ in range(3):  # alternate, medians of 30
-            theirs.append(median_ms(cublas[fast]))
-            ours.append(median_ms(lambda: run(a8, w8, variant, bm, bn, bk, warps, stages, programs)))
-        ratio = statistics.median(r / o for r, o in zip(theirs, ours))
-        rows.append((ratio, label))
-        flops = 2 * n**3
-        print(f"{label}: {ratio:.3f}x scaled_mm(fast_accum={fast})  {flops / statistics.median(ours) / 1e9:.0f} "
-              f"TFLOP/s (cuBLAS {flops / statistics.median(theirs) / 1e9:.0f}, medians of the rounds)  "
-              f"rel err {err:.4e}", flush=True)
+        timed = compare(lambda a, w: run(a, w, variant, bm, bn, bk, warps, stages, programs), cublas(fast),
+                        [(a8, w8)], rounds=3)
+        rows.append((timed.ratio, label))
+        print(f"{label}: {timed.ratio:.3f}x scaled_mm(fast_accum={fast})  {tflops(flops, timed.candidate_ms):.0f} "
+              f"TFLOP/s (cuBLAS {tflops(flops, timed.baseline_ms):.0f})  rel err {err:.4e}", flush=True)
     print("best per variant:")
     for name in VARIANTS.values():
         print(" ", max((row for row in rows if row[1].startswith(name)), default=None))
