@@ -181,8 +181,8 @@ def tma_matmul_kernel(a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr, owners_ptr,
                 b = b_desc.load([k, col * BLOCK_N])
             if FAST_ACCUM:
                 acc = tl.dot(a, b, acc)
-            else:  # FP8: add the tensor cores' partial sums into float32 every BLOCK_K products
-                acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+            else:  # FP8: the tensor cores sum BLOCK_K products, then one float32 add per output
+                acc += tl.dot(a, b)
         store_tile += NUM_PROGRAMS
         row, col = tile_order(store_tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if SCALED:  # (a·sa)(b·sb) = (a b)·(sa·sb): one multiply per output, before the one rounding
