@@ -7,7 +7,8 @@ that only the sums' error and the float16 output's rounding remain):
 small case instead (tests/test_lesson11.py runs that).
 Results: results/gpu/NOTES.md, 2026-12-07 (m). Those logs were timed by an earlier form of this
 script, with single calls between CUDA events (30-call medians, the last round's TFLOP/s beside
-the rounds' median ratio), which put every ratio below the lesson's; it now times as the lesson does."""
+the rounds' median ratio), which put every ratio below the lesson's; it now times as the lesson does.
+The lesson's kernel wrote its promotion as variant 0 then; it has been variant 1 since."""
 import itertools
 import os
 
@@ -19,8 +20,8 @@ from autograder.kernels.matmul import tile_order
 from autograder.timing import compare, tflops
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-VARIANTS = {0: "lesson (max_num_imprecise_acc)",  # dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
-            1: "acc += dot(a,b)",                 # a fresh partial sum a step, then an add
+VARIANTS = {0: "max_num_imprecise_acc",           # dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+            1: "lesson (acc += dot(a,b))",        # a fresh partial sum a step, then an add
             2: "two partials, then adds",         # two steps' dots issued before their adds
             3: "promote every 2 steps",           # p = dot(a0, b0); p = dot(a1, b1, p); acc += p
             4: "fast accumulation"}               # dot(a, b, acc): the whole sum in the tensor cores

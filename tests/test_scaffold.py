@@ -11,6 +11,7 @@
 And CONTRIBUTING.md names only commands that exist."""
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -175,3 +176,22 @@ def test_a_gpu_session_runs_its_plans_stages_in_the_background_and_packs_what_th
     assert (tmp_path / "runs" / "first.console").read_text().splitlines() == ["tests", "-k", "ps1 or ps2"]
     with tarfile.open(out / "gpurun.tgz") as packed:
         assert {"runs/progress", "runs/first.console", "runs/done"} <= set(packed.getnames())
+
+
+@pytest.mark.parametrize("plan", sorted((ROOT / "scripts" / "gpu_plans").glob("*.txt")), ids=lambda p: p.name)
+def test_a_committed_gpu_plan_names_only_stages_gpu_run_has(plan):
+    """A typo in a plan would cost a GPU session's minutes: every stage is one of gpu_run.sh's,
+    every stage name is used once (each names its results folder), and tests and -k arguments
+    name files that exist."""
+    script = (ROOT / "scripts" / "gpu_run.sh").read_text()
+    known = set(re.findall(r"^  (\w+)\) ", script, re.M))
+    names = []
+    for line in plan.read_text().splitlines():
+        words = shlex.split(line, comments=True)
+        if not words or words[0] == "only-on":
+            continue
+        assert len(words) >= 2 and words[1] in known, f"{plan.name}: {line!r} (gpu_run.sh has {sorted(known)})"
+        names.append(words[0])
+        for path in (w for w in words[2:] if w.startswith("tests/")):
+            assert (ROOT / path).exists(), f"{plan.name}: {path} does not exist"
+    assert names and len(names) == len(set(names)), names
