@@ -132,6 +132,9 @@ def _bench(results: dict, source: str) -> dict[str, Figure]:
             figs |= {f"{key}.rate": fig(ours, s["unit"], s.get("run")),
                      f"{key}.pytorch": fig(theirs, s["unit"], s.get("run")),
                      f"{key}.ratio": fig(ratio, "×", s.get("run"))}
+        for label, fraction in zip(s["labels"], s.get("ceiling_fractions") or []):
+            if fraction is not None:
+                figs[f"{s['name']}.{label.replace(' ', '')}.of_ceiling"] = fig(100 * fraction, "%", s.get("run"))
     for e in results["exercises"]:
         for suffix, key, unit in (("rate", "rate", e.get("unit")), ("pytorch", "baseline_rate", e.get("unit")),
                                   ("ratio", "median_ratio", "×")):

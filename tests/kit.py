@@ -14,6 +14,7 @@ as the tests import ``conftest``).
   have them) and :func:`in_copy` (a Python command run in it, importing the copy's packages);
   :func:`sync_of_a_changed_copy`, what the sync reports for one notebook changed by hand.
 - Softmax rows with a trap past their end: :func:`rows_with_a_trap_past_them`.
+- A copy kernel whose store has no mask: :func:`copy_unmasked_store`.
 
 Source is always loaded from a file (:func:`load_source`): ``@triton.jit`` reads a kernel's
 source through ``inspect``, which needs one.
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import nbformat
 import torch
+import triton
+import triton.language as tl
 
 from autograder import check
 from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, layer_grads
@@ -189,3 +192,10 @@ def rows_with_a_trap_past_them(dtype, device) -> torch.Tensor:
     x = wide[:, :257]
     assert x.stride() == (300, 1)
     return x
+
+
+@triton.jit
+def copy_unmasked_store(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Copies ``n`` elements with a masked load and an unmasked store: lanes past ``n`` store."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))

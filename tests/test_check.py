@@ -19,6 +19,7 @@ from autograder.lesson_kernels.vector_add import EXERCISE as VECTOR_ADD
 from autograder.kernels.vector_add import add, add_kernel
 
 from conftest import DEVICE
+from kit import copy_unmasked_store
 
 DEV = DEVICE.device
 
@@ -607,12 +608,6 @@ def test_an_out_of_bounds_access_names_the_tensor_its_pointer_was_computed_from(
 
 
 @triton.jit
-def _stores_without_a_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))
-
-
-@triton.jit
 def _adds_without_a_mask(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.atomic_add(out_ptr + offsets, 1.0)
@@ -630,7 +625,7 @@ def _reads_through_a_descriptor_too_long(x_ptr, out_ptr, n, BLOCK: tl.constexpr)
     (_reads_one_ahead, "Its mask let these lanes through: the mask must be false wherever the pointer falls"),
     (_reads_backwards_too_far, "It has no mask: lanes outside the data need one (e.g. tl.load(..., mask=offsets < "
                                "n_elements)), or the offset is wrong."),
-    (_stores_without_a_mask, "It has no mask: lanes outside the data need one (e.g. tl.store("),
+    (copy_unmasked_store, "It has no mask: lanes outside the data need one (e.g. tl.store("),
     (_adds_without_a_mask, "The offset is wrong, or lanes past the data need a mask (e.g. tl.atomic_add("),
     (_reads_through_a_descriptor_too_long, "It went through a tensor descriptor, whose shape or strides reach past")])
 def test_an_out_of_bounds_access_says_whether_it_had_a_mask(kernel, advice):

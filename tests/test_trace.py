@@ -20,6 +20,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
 from autograder import memory_trace_plot as plot  # noqa: E402
 from autograder import trace  # noqa: E402
 from conftest import DEVICE, ROOT, venv_env  # noqa: E402
+from kit import copy_unmasked_store  # noqa: E402
 from test_device import _interpreter_works  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not _interpreter_works(), reason="this Triton's interpreter breaks under this numpy")
@@ -32,12 +33,6 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
-
-
-@triton.jit
-def copy_unmasked_store(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))
 
 
 @triton.jit
