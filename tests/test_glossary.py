@@ -19,9 +19,9 @@ def strings(node) -> list[str]:
 
 
 def chinese(node) -> list[str]:
-    """Every string under a ``zh`` key, at any depth."""
+    """Every string under a ``zh`` key (or a code cell's ``comments``), at any depth."""
     if isinstance(node, dict):
-        return [s for k, v in node.items() for s in (strings(v) if k == "zh" else chinese(v))]
+        return [s for k, v in node.items() for s in (strings(v) if k in ("zh", "comments") else chinese(v))]
     return [s for v in node for s in chinese(v)] if isinstance(node, list) else []
 
 

@@ -1,6 +1,8 @@
 """Every notebook runs top to bottom, is committed clean, and is in step with its sources."""
+import io
 import re
 import time
+import tokenize
 
 import nbformat
 import pytest
@@ -87,6 +89,45 @@ def test_chinese_notebooks_follow_their_english_and_flag_stale_translations(tmp_
     del table[cells[0].id]
     with pytest.raises(KeyError, match="no Chinese"):
         translate()
+
+
+ENGLISH_LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("english", ENGLISH_LESSONS, ids=lambda p: p.name)
+def test_a_chinese_lesson_runs_the_english_code_and_its_exercises_are_commented_in_chinese(english):
+    """Every code cell of the Chinese lesson is its English cell's code, token for token; where the
+    English is an exercise's starting point, every one of its comments is in Chinese."""
+    chinese = {c.id: c for c in nbformat.read(sync.ZH_DIR / english.name, as_version=4).cells}
+    for cell in nbformat.read(english, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        zh = chinese[cell.id].source
+        assert _code(zh) == _code(cell.source), cell.id
+        if kit.STUB_MARK in cell.source:
+            untranslated = [c.text for c in translation.comments(zh) if not re.search(r"[\u4e00-\u9fff]", c.text)]
+            assert not untranslated, f"{english.name} cell {cell.id}: comments still in English: {untranslated}"
+
+
+def _code(source: str) -> list[tuple[int, str]]:
+    """``source``'s tokens, less its comments and line breaks."""
+    return [(t.type, t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+
+
+def test_a_code_cells_comments_are_replaced_in_order_and_its_code_never():
+    source = ("def f(x):\n    # first, then\n    #   the second line\n    y = x + 1  # after code\n\n"
+              "    # another run\n    return y\n")
+    assert [c.text for c in translation.comments(source)] == ["first, then\n  the second line", "after code",
+                                                             "another run"]
+    zh = translation.with_comments(source, ["一\n二\n三", "代码之后", "另一段"], "test")
+    assert zh == ("def f(x):\n    # 一\n    # 二\n    # 三\n    y = x + 1  # 代码之后\n\n"
+                  "    # 另一段\n    return y\n")
+    for chinese, words in ((["一", "二"], "2 Chinese comments for 3"),
+                           (["一", "代码\n之后", "另一段"], "after code takes one line"),
+                           (["一", "x\n    return 0  #", "另一段"], "after code takes one line")):
+        with pytest.raises(ValueError, match=words):
+            translation.with_comments(source, chinese, "test")
 
 
 def test_every_lesson_reads_in_chinese_too():  # as README says

@@ -3,7 +3,11 @@
 A table (YAML) maps the id of every hand-written Markdown cell (one without ``course.role``) to
 ``{en: <digest of the English source>, zh: <the Chinese>}``. A translation whose English has
 changed since is stale and stops the build, so no Chinese notebook silently lags its English.
-Code cells are never translated: both versions run, and are graded, the same code.
+Code cells run, and are graded, as the same code in both versions; only their comments may be
+translated. A code cell's entry is ``{en: <digest>, comments: [<Chinese>, ...]}``, one text per
+comment of the English, in order: a run of whole-line comments at one indentation is one comment
+(several lines of Chinese for it are written at its indentation), and a comment after code is
+another (one line). Every exercise's starting point in a lesson has one (a test checks).
 
 - Lessons: ``notebooks/zh/translations/NN_name.yaml`` → ``notebooks/zh/NN_name.ipynb``
   (:mod:`autograder.instructor.sync`).
@@ -16,6 +20,9 @@ Code cells are never translated: both versions run, and are graded, the same cod
 from __future__ import annotations
 
 import hashlib
+import io
+import tokenize
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -45,20 +52,73 @@ def translate(nb: nbformat.NotebookNode, table_path: Path, name: str) -> nbforma
     if table is None:
         raise FileNotFoundError(f"{table_path}: no Chinese translation of {name}")
     for cell in nb.cells:
-        if cell.cell_type != "markdown" or "role" in cell.metadata.get("course", {}):
-            continue
+        hand_written = cell.cell_type == "markdown" and "role" not in cell.metadata.get("course", {})
         entry = table.get(cell.id)
         if entry is None:
-            raise KeyError(f"{table_path.name}: no Chinese for cell {cell.id} of {name}")
+            if hand_written:
+                raise KeyError(f"{table_path.name}: no Chinese for cell {cell.id} of {name}")
+            continue
         if entry["en"] != source_digest(cell.source):
             raise ValueError(f"{table_path.name}: cell {cell.id} of {name} is stale, its English "
                              f"changed (digest now {source_digest(cell.source)})")
-        cell.source = entry["zh"].rstrip("\n")
+        if cell.cell_type == "code":
+            cell.source = with_comments(cell.source, entry["comments"], f"{table_path.name}: cell {cell.id}")
+        else:
+            cell.source = entry["zh"].rstrip("\n")
     setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "setup_device(" in c.source)
     language = nbformat.v4.new_code_cell(ZH_LANGUAGE_CELL)
     language.id = f"zh{nb.cells[setup].id}"[:64]
     nb.cells.insert(setup, language)
     return nb
+
+
+@dataclass
+class Comment:
+    """A comment of a code cell, as a translation counts them."""
+
+    first: int
+    """Its first line, counted from 0."""
+    last: int
+    """Its last line: a run of whole-line comments at one indentation is one comment."""
+    column: int
+    """Where its ``#`` is."""
+    whole_line: bool
+    """False for a comment after code, on that code's line."""
+    text: str
+    """Its text without the ``#`` and one space, a run's lines joined by newlines."""
+
+
+def comments(source: str) -> list[Comment]:
+    """The comments of Python ``source``, in order."""
+    found: list[Comment] = []
+    lines = source.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        (row, col), text = token.start, token.string[1:].removeprefix(" ")
+        whole_line = not lines[row - 1][:col].strip()
+        last = found[-1] if found else None
+        if whole_line and last and last.whole_line and last.column == col and last.last == row - 2:
+            last.last, last.text = row - 1, last.text + "\n" + text
+        else:
+            found.append(Comment(row - 1, row - 1, col, whole_line, text))
+    return found
+
+
+def with_comments(source: str, chinese: list[str], where: str) -> str:
+    """``source`` with its comments replaced by ``chinese``, in order: a whole-line comment by as
+    many lines as its Chinese has, a comment after code by one. The code itself is unchanged."""
+    found = comments(source)
+    if len(found) != len(chinese):
+        raise ValueError(f"{where}: {len(chinese)} Chinese comments for {len(found)} in the English")
+    lines = source.splitlines()
+    for comment, text in reversed(list(zip(found, chinese))):
+        parts = text.strip("\n").split("\n")
+        if not comment.whole_line and len(parts) > 1:
+            raise ValueError(f"{where}: a comment after code takes one line of Chinese: {text!r}")
+        head = lines[comment.first][:comment.column]
+        lines[comment.first:comment.last + 1] = [head + "# " + part for part in parts]
+    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")
 
 
 def code_stub() -> dict[str, str]:
