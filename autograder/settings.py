@@ -65,6 +65,19 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+PROCESSES = 4096
+"""The grading user's processes and threads, every runner together: a runner has a few dozen
+threads, so this leaves room for a hundred runners at once and stops a fork bomb long before the
+machine's table of process ids is full."""
+
+
+def _count(text: str) -> int:
+    count = int(text or PROCESSES)
+    if count < 1:
+        raise ValueError(text)
+    return count
+
+
 def _gib(text: str) -> float:
     if not text:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2 / 2**30
@@ -113,6 +126,11 @@ GRADING_USER = Setting(
     "An unprivileged account (e.g. `nobody`) to run the student's code as, when grading runs as root.",
     "an account name", "the grader's own user",
     lambda text: text or None)
+PROCESS_LIMIT = Setting(
+    "TRITON_COURSE_PROCESS_LIMIT",
+    "Most processes and threads the grading user may have at once (`RLIMIT_NPROC`), every runner "
+    "of a class run together; binds only where a grading user is set.",
+    "a whole number above 0", str(PROCESSES), _count)
 READABLE_PATHS = Setting(
     "TRITON_COURSE_READABLE_PATHS",
     "More folders a grading process may read under Landlock, for libraries installed off the usual "
@@ -140,7 +158,7 @@ WORKER_CPUS = Setting(
     "CPU numbers separated by `,`", "every CPU this process may use",
     lambda text: {int(cpu) for cpu in text.split(",")} if text else None)
 SETTINGS = (DEVICE, CPU_THROUGHPUT, LANG, STUDENT, ISOLATE, GRADING_TIMEOUT_S, MEMORY_LIMIT_GB,
-            GRADING_USER, READABLE_PATHS, NOTEBOOK_OUTPUTS, GRADING_RECORD, WORKER_CPUS)
+            GRADING_USER, PROCESS_LIMIT, READABLE_PATHS, NOTEBOOK_OUTPUTS, GRADING_RECORD, WORKER_CPUS)
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "instructor-guide.md"
 BEGIN = "<!-- settings table: generated from autograder/settings.py by `triton-course sync` -->"

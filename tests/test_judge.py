@@ -742,6 +742,66 @@ def test_a_grading_user_cannot_read_what_is_closed_to_it(graded_here, monkeypatc
     assert "raised PermissionError when run on their own" in message, message
 
 
+def test_a_runner_that_ends_is_seen_to_end_though_its_child_holds_the_channel(graded_here):
+    write_notebook(graded_here, """
+def add(x, y):
+    import os, time
+    if os.fork() == 0:
+        time.sleep(120)  # holds every descriptor the runner had, its channel to the judge among them
+        os._exit(0)
+    os._exit(3)
+""")
+    started = time.monotonic()
+    message = isolated().cases[0].message
+    assert "crashed the grading process (exit code 3" in message, message
+    assert time.monotonic() - started < 60, "the judge waited for the child, not the runner"
+
+
+FORKS = '''
+def add(x, y):
+    import os, time
+    for started in range(200):
+        try:
+            pid = os.fork()
+        except BlockingIOError:
+            raise RuntimeError(f"fork refused after {started} processes") from None
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+    raise RuntimeError("forked 200 processes")
+'''
+
+
+@pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
+def test_the_grading_users_processes_are_capped(graded_here, monkeypatch, python_for_nobody):
+    import re
+    from autograder import settings
+    from autograder.grading import sandbox
+
+    monkeypatch.setenv(sandbox.GRADING_USER_VAR, "nobody")
+    monkeypatch.setenv(settings.PROCESS_LIMIT.name, "100")
+    write_notebook(graded_here, FORKS)
+    message = isolated().cases[0].message
+    refused = re.search(r"fork refused after (\d+) processes", message)
+    assert refused and int(refused[1]) < 100, message
+    assert not _processes_of("nobody"), "the runner's children outlived it"
+
+
+def _processes_of(user: str) -> list[int]:
+    import os
+    import pwd
+    from pathlib import Path
+    uid = pwd.getpwnam(user).pw_uid
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == uid and os.getpid()]
+
+
+def _owner(path) -> int | None:
+    try:
+        return path.stat().st_uid
+    except OSError:
+        return None
+
+
 @pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
 def test_a_grading_user_who_cannot_run_python_is_refused_clearly(graded_here, monkeypatch, tmp_path):
     import sys

@@ -184,7 +184,7 @@ class Runner:
         try:
             if header is not None:
                 protocol.send(self.channel, header, tensors)
-            return protocol.recv(self.channel, deadline, max_bytes)
+            return protocol.recv(self.channel, deadline, max_bytes, alive=lambda: self.process.process.poll() is None)
         except protocol.TimedOut:
             self.ended, self.ended_brief = self._stop(
                 timed_out=(header is None, limit_s) if deadline < self.deadline else None)

@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import time
+from typing import Callable
 
 import torch
 
@@ -14,9 +15,11 @@ from ..language import say
 
 MAX_HEADER_BYTES = 1 << 20
 MAX_LAYOUT_VALUE, MAX_DIMS = 1 << 48, 16
+"""The largest size, stride, offset or byte count a tensor description may hold, and its most dimensions."""
+ALIVE_CHECK_S = 0.5
+"""How long a wait for the peer goes before asking whether its process still runs."""
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 """JSON's escape of a UTF-16 surrogate (U+D800 to U+DFFF), alone or one of a pair."""
-"""The largest size, stride, offset or byte count a tensor description may hold, and its most dimensions."""
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int16, torch.int8, torch.uint8, torch.bool)}
@@ -52,14 +55,16 @@ def send(sock: socket.socket, header: dict, tensors=()) -> None:
 
 
 def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
-         device: str = "cpu") -> tuple[dict, list[torch.Tensor]]:
+         device: str = "cpu", alive: Callable[[], bool] = lambda: True) -> tuple[dict, list[torch.Tensor]]:
     """The next message: its header and its tensors (built on ``device``), checked against the
     protocol; at most ``max_tensor_bytes`` of tensor data, and all of it before ``deadline``
-    (a ``time.monotonic()`` value)."""
-    size = int.from_bytes(_read(sock, 4, deadline), "big")
+    (a ``time.monotonic()`` value). ``alive``: whether the peer's process still runs, asked
+    whenever nothing has come for :data:`ALIVE_CHECK_S` (a child it started may hold the channel
+    open after it ended)."""
+    size = int.from_bytes(_read(sock, 4, deadline, alive), "big")
     if size > MAX_HEADER_BYTES:
         raise ProtocolError(say("a header of {size} bytes", size=size))
-    data = _read(sock, size, deadline)
+    data = _read(sock, size, deadline, alive)
     try:  # ValueError: not JSON, or an integer of thousands of digits; RecursionError: nested too deep
         header = json.loads(data)
     except (ValueError, RecursionError) as error:
@@ -75,7 +80,7 @@ def recv(sock: socket.socket, deadline: float, max_tensor_bytes: int,
             raise ProtocolError(say("{nbytes:,} bytes of tensor data, more than the {expected:,} expected",
                                     nbytes=nbytes, expected=max_tensor_bytes))
         budget -= nbytes
-        tensors.append(_tensor(meta, _read(sock, nbytes, deadline), device))
+        tensors.append(_tensor(meta, _read(sock, nbytes, deadline, alive), device))
     return header, tensors
 
 
@@ -103,7 +108,7 @@ def _tensor(meta: dict, data: bytearray, device: str) -> torch.Tensor:
                                 description=f"{str(meta)[:200]} ({type(error).__name__})")) from None
 
 
-def _read(sock: socket.socket, n: int, deadline: float) -> bytearray:
+def _read(sock: socket.socket, n: int, deadline: float, alive: Callable[[], bool]) -> bytearray:
     """Exactly ``n`` bytes, received straight into one buffer (a tensor's bytes are copied once)."""
     data = bytearray(n)
     view, got = memoryview(data), 0
@@ -111,11 +116,13 @@ def _read(sock: socket.socket, n: int, deadline: float) -> bytearray:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimedOut(f"waited for {n} bytes")
-        sock.settimeout(remaining)
+        sock.settimeout(min(remaining, ALIVE_CHECK_S))
         try:
             chunk = sock.recv_into(view[got:], min(n - got, 1 << 22))
         except socket.timeout:
-            raise TimedOut(f"waited for {n} bytes") from None
+            if not alive():
+                raise PeerGone("the runner ended; a process it started holds the channel") from None
+            continue
         except OSError as error:
             raise PeerGone(str(error)) from None
         if not chunk:
