@@ -151,7 +151,11 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         if name in figs:
             raise ValueError(f"{_relative(registry)}: {name} is also a figure of {_relative(results)}")
         figs[name] = Figure(**entry)
-    figs |= _declared() | class_runs() | lesson_runs()
+    for kind, more in (("a declaration", _declared()), ("the class tables", class_runs()),
+                       ("the lessons' runs", lesson_runs())):
+        if taken := sorted(more.keys() & figs.keys()):
+            raise ValueError(f"{', '.join(taken)}: from {kind}, and already recorded elsewhere")
+        figs |= more
     for name, (unit, formula) in DERIVED.items():
         used = []
 

@@ -2,6 +2,7 @@
 results/gpu/ (autograder.figures)."""
 import hashlib
 import json
+import re
 
 import nbformat
 import pytest
@@ -157,3 +158,14 @@ def test_a_lesson_figures_range_is_read_from_every_committed_run_of_the_lessons(
     assert (low.text(), high.text(), runs.text()) == ("0.71×", "0.93×", "2")
     assert (runs.date, runs.text("card")) == ("2026-12-08", "H100 80GB HBM3, H200")
     assert figures.lesson_runs(tmp_path / "none") == {}
+
+
+def test_a_figure_named_twice_stops_the_record(monkeypatch):
+    taken = next(iter(figures.recorded()))
+    monkeypatch.setattr(figures, "lesson_runs", lambda: {taken: figures.Figure(1.0, "×", "2026-12-07", "H200", "x")})
+    figures.recorded.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=f"{re.escape(taken)}: from the lessons' runs, and already recorded"):
+            figures.recorded()
+    finally:
+        figures.recorded.cache_clear()
