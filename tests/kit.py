@@ -15,16 +15,19 @@ as the tests import ``conftest``).
   :func:`sync_of_a_changed_copy`, what the sync reports for one notebook changed by hand.
 - Softmax rows with a trap past their end: :func:`rows_with_a_trap_past_them`.
 - A copy kernel whose store has no mask: :func:`copy_unmasked_store`.
+- Code compared without its comments (a Chinese version's): :func:`code_tokens`.
 
 Source is always loaded from a file (:func:`load_source`): ``@triton.jit`` reads a kernel's
 source through ``inspect``, which needs one.
 """
 import importlib.util
+import io
 import itertools
 import shutil
 import subprocess
 import sys
 import tempfile
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -199,3 +202,9 @@ def copy_unmasked_store(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     """Copies ``n`` elements with a masked load and an unmasked store: lanes past ``n`` store."""
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n))
+
+
+def code_tokens(source: str) -> list[tuple[int, str]]:
+    """``source``'s tokens, less its comments and line breaks."""
+    return [(t.type, t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]

@@ -1,8 +1,6 @@
 """Every notebook runs top to bottom, is committed clean, and is in step with its sources."""
-import io
 import re
 import time
-import tokenize
 
 import nbformat
 import pytest
@@ -103,16 +101,10 @@ def test_a_chinese_lesson_runs_the_english_code_and_its_exercises_are_commented_
         if cell.cell_type != "code":
             continue
         zh = chinese[cell.id].source
-        assert _code(zh) == _code(cell.source), cell.id
+        assert kit.code_tokens(zh) == kit.code_tokens(cell.source), cell.id
         if kit.STUB_MARK in cell.source:
             untranslated = [c.text for c in translation.comments(zh) if not re.search(r"[\u4e00-\u9fff]", c.text)]
             assert not untranslated, f"{english.name} cell {cell.id}: comments still in English: {untranslated}"
-
-
-def _code(source: str) -> list[tuple[int, str]]:
-    """``source``'s tokens, less its comments and line breaks."""
-    return [(t.type, t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
-            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
 
 
 def test_a_code_cells_comments_are_replaced_in_order_and_its_code_never():

@@ -8,6 +8,7 @@ import pytest
 from nbclient import NotebookClient
 
 from autograder.instructor import student_versions, sync, translation
+import kit
 from conftest import ROOT, venv_env
 
 ASSIGNMENTS = student_versions.assignments()
@@ -44,6 +45,16 @@ def test_the_badge_opens_the_student_version(version):
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_comment_a_chinese_student_may_edit_is_in_chinese(assignment):
+    """In the cells a student works in (not the locked ones, which grading restores as released)."""
+    nb = nbformat.read(student_versions.student_path(assignment, "zh"), as_version=4)
+    english = [(c.id, comment.text) for c in nb.cells if c.cell_type == "code"
+               and not c.metadata.get("nbgrader", {}).get("locked") for comment in translation.comments(c.source)
+               if not CJK.search(comment.text)]
+    assert not english, english
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_both_languages_grade_the_same_cells_for_the_same_points(assignment, monkeypatch):
     def stub(language) -> list[str]:
         monkeypatch.setenv("TRITON_COURSE_LANG", language)
@@ -54,9 +65,9 @@ def test_both_languages_grade_the_same_cells_for_the_same_points(assignment, mon
             source = source.replace(theirs, ours)
         return source
 
-    def graded(language):  # an answer cell's checksum follows its stub; autograde reads it only in graded cells
+    def graded(language):  # an answer cell's checksum follows its stub and comments; autograde reads it only in graded cells
         nb = nbformat.read(student_versions.student_path(assignment, language), as_version=4)
-        return [(c.cell_type, english(c.source, language) if c.cell_type == "code" else "",
+        return [(c.cell_type, kit.code_tokens(english(c.source, language)) if c.cell_type == "code" else "",
                  {k: v for k, v in c.metadata["nbgrader"].items() if k != "checksum" or c.metadata["nbgrader"].get("grade")})
                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")]
     assert stub("zh") != stub("en") and graded("en") == graded("zh")

@@ -7,7 +7,9 @@ Code cells run, and are graded, as the same code in both versions; only their co
 translated. A code cell's entry is ``{en: <digest>, comments: [<Chinese>, ...]}``, one text per
 comment of the English, in order: a run of whole-line comments at one indentation is one comment
 (several lines of Chinese for it are written at its indentation), and a comment after code is
-another (one line). Every exercise's starting point in a lesson has one (a test checks).
+another (one line); comments inside nbgrader's solution regions are not counted (no student
+reads them). Every exercise's starting point in a lesson has one, and every code cell of a problem
+set a student may edit (a test checks each).
 
 - Lessons: ``notebooks/zh/translations/NN_name.yaml`` → ``notebooks/zh/NN_name.ipynb``
   (:mod:`autograder.instructor.sync`).
@@ -89,11 +91,13 @@ class Comment:
 
 
 def comments(source: str) -> list[Comment]:
-    """The comments of Python ``source``, in order."""
+    """The comments of Python ``source`` a student reads, in order (none inside nbgrader's
+    solution regions)."""
     found: list[Comment] = []
     lines = source.splitlines()
+    hidden = _solution_lines(lines)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type != tokenize.COMMENT:
+        if token.type != tokenize.COMMENT or token.start[0] - 1 in hidden:
             continue
         (row, col), text = token.start, token.string[1:].removeprefix(" ")
         whole_line = not lines[row - 1][:col].strip()
@@ -103,6 +107,18 @@ def comments(source: str) -> list[Comment]:
         else:
             found.append(Comment(row - 1, row - 1, col, whole_line, text))
     return found
+
+
+def _solution_lines(lines: list[str]) -> set[int]:
+    """The lines of nbgrader's solution regions, their markers included: no student sees them."""
+    hidden, inside = set(), False
+    for number, line in enumerate(lines):
+        marker = line.strip()
+        inside = inside or marker == "### BEGIN SOLUTION"
+        if inside:
+            hidden.add(number)
+        inside = inside and marker != "### END SOLUTION"
+    return hidden
 
 
 def with_comments(source: str, chinese: list[str], where: str) -> str:
