@@ -25,6 +25,7 @@ DEFAULTS = {
     settings.GRADING_TIMEOUT_S: 240.0,
     settings.MEMORY_LIMIT_GB: os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**31,
     settings.GRADING_USER: None,
+    settings.PROCESS_LIMIT: 4096,
     settings.READABLE_PATHS: [],
     settings.NOTEBOOK_OUTPUTS: None,
     settings.GRADING_RECORD: None,
@@ -33,7 +34,7 @@ DEFAULTS = {
 BAD = [(settings.DEVICE, "gpuu"), (settings.CPU_THROUGHPUT, "maybe"), (settings.LANG, "de"),
        (settings.ISOLATE, "yes"), (settings.GRADING_TIMEOUT_S, "soon"), (settings.GRADING_TIMEOUT_S, "0"),
        (settings.MEMORY_LIMIT_GB, "lots"), (settings.MEMORY_LIMIT_GB, "-1"), (settings.MEMORY_LIMIT_GB, "inf"),
-       (settings.WORKER_CPUS, "0-3")]
+       (settings.WORKER_CPUS, "0-3"), (settings.PROCESS_LIMIT, "many"), (settings.PROCESS_LIMIT, "0")]
 
 
 def course_variables_read(source: str) -> list[str]:

@@ -144,6 +144,8 @@ class Runner:
         self.channel = ours
         cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno()),
                "--cells", "cells.txt"]
+        if code is not None and sandbox.grading_user() is not None:  # not a cap on the instructor's own user
+            cmd += ["--processes", str(settings.PROCESS_LIMIT.get())]
         self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
                                          hide=(ISOLATE_VAR, sandbox.GRADING_USER_VAR, settings.GRADING_RECORD.name),
                                          cache=compile_cache(trusted=code is None),

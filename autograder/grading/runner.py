@@ -308,11 +308,13 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", type=Path, help="a file of the lines the cells start on, counted from 0, "
                                                     "comma-separated (default: one cell)")
     parser.add_argument("--reference", action="store_true", help="serve the PyTorch reference instead")
+    parser.add_argument("--processes", type=int, help="the most processes and threads of this user (given to "
+                                                      "the grading user's runners)")
     args = parser.parse_args(argv)
     channel = socket.socket(fileno=args.fd)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # CPU ops on the calling thread only
 
-    sandbox.limit_resources()
+    sandbox.limit_resources(args.processes)
     from .. import device, exercises, guards
     where = device.setup_device(verbose=False)  # before the student's @triton.jit
     exercise = exercises.get(args.exercise)

@@ -71,15 +71,13 @@ FILE_LIMIT_BYTES = 1 << 30
 take megabytes. Past it a write fails with ``OSError: File too large``."""
 
 
-def limit_resources() -> None:
+def limit_resources(processes: int | None = None) -> None:
     """Cap this process's memory (:data:`MEMORY_LIMIT_VAR`) and the size of each file it writes
-    (:data:`FILE_LIMIT_BYTES`), and, run as the grading user, that user's processes and threads
-    (:data:`settings.PROCESS_LIMIT`: the kernel does not hold root to it): the grading process calls
-    it on itself first thing, so an allocation, a file or a fork past its cap fails instead of
-    exhausting the machine."""
+    (:data:`FILE_LIMIT_BYTES`), and, where given, its user's ``processes`` and threads (the
+    kernel never holds root to that): the grading process calls it on itself first thing, so an
+    allocation, a file or a fork past its cap fails instead of exhausting the machine."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, FILE_LIMIT_BYTES))
-    if settings.PROCESS_LIMIT.name in os.environ:  # :class:`Sandboxed` passes it to the grading user only
-        processes = settings.PROCESS_LIMIT.get()
+    if processes is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     # RLIMIT_DATA, not RLIMIT_AS: it counts heap and private writable mappings only, so the
     # interpreter's 1 GB of mapped libraries and a CUDA driver's address-space reservations
@@ -168,10 +166,8 @@ class Sandboxed:
 
     def __init__(self, cmd: list[str], *, cwd: Path, hide: tuple[str, ...] = (), cache: Path | None = None,
                  pass_fds: tuple[int, ...] = (), trusted: bool = False):
+        env = clean_environment(cwd, hide, cache)
         as_user = {} if trusted else _as_grading_user(cwd, *([cache] if cache else []))
-        env = clean_environment(cwd, hide + (settings.PROCESS_LIMIT.name,), cache)
-        if as_user:  # a cap on our own user would count the instructor's every process too
-            env[settings.PROCESS_LIMIT.name] = str(settings.PROCESS_LIMIT.get())
         self.process = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds,
                                         **as_user)
