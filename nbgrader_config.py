@@ -45,7 +45,8 @@ c.Autograde.autograde_preprocessors = [
 ]
 
 # TRITON_COURSE_LANG=zh releases the Chinese version (autograder/instructor/translation.py): its
-# Markdown from student/zh/translations/, every graded cell, id and point as in the English one.
+# Markdown and code comments from student/zh/translations/, every graded cell's code, id and
+# point as in the English one.
 # (nbgrader 0.9's list with the translation first.)
 c.GenerateAssignment.preprocessors = [
     "autograder.instructor.translation.Translate",

@@ -127,14 +127,12 @@ def _bench(results: dict, source: str) -> dict[str, Figure]:
     figs["sweep_goals"] = fig(len(goals), "")
     figs["sweep_goals_met"] = fig(sum(g["met"] is True for g in goals), "")
     for s in results["sweeps"]:
-        for label, ours, theirs, ratio in zip(s["labels"], s["ours"] or [], s["pytorch"] or [], s["ratios"] or []):
+        series = (("rate", s["ours"], s["unit"], 1), ("pytorch", s["pytorch"], s["unit"], 1),
+                  ("ratio", s["ratios"], "×", 1), ("of_ceiling", s.get("ceiling_fractions"), "%", 100))
+        for i, label in enumerate(s["labels"]):
             key = f"{s['name']}.{label.replace(' ', '')}"
-            figs |= {f"{key}.rate": fig(ours, s["unit"], s.get("run")),
-                     f"{key}.pytorch": fig(theirs, s["unit"], s.get("run")),
-                     f"{key}.ratio": fig(ratio, "×", s.get("run"))}
-        for label, fraction in zip(s["labels"], s.get("ceiling_fractions") or []):
-            if fraction is not None:
-                figs[f"{s['name']}.{label.replace(' ', '')}.of_ceiling"] = fig(100 * fraction, "%", s.get("run"))
+            figs |= {f"{key}.{suffix}": fig(scale * values[i], unit, s.get("run"))
+                     for suffix, values, unit, scale in series if values and i < len(values)}
     for e in results["exercises"]:
         for suffix, key, unit in (("rate", "rate", e.get("unit")), ("pytorch", "baseline_rate", e.get("unit")),
                                   ("ratio", "median_ratio", "×")):
@@ -167,6 +165,8 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         except KeyError:  # an input not recorded (yet): a marker naming this figure says so
             continue
         inputs = [figs[n] for n in used]
+        if name in figs:
+            raise ValueError(f"{name}: derived (figures.DERIVED), and already recorded elsewhere")
         figs[name] = Figure(number, unit, max(f.date for f in inputs), inputs[0].card, "derived from " + ", ".join(used))
     return figs
 

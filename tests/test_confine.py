@@ -153,7 +153,7 @@ def test_when_confinement_fails_none_of_the_students_code_runs(monkeypatch, tmp_
         raise confine.ConfinementError(22, "Landlock system call 445: Invalid argument")
 
     monkeypatch.setattr(confine, "confine", refuse)
-    monkeypatch.setattr(sandbox, "limit_resources", lambda: None)  # not on the test process
+    monkeypatch.setattr(sandbox, "limit_resources", lambda processes=None: None)  # not on the test process
     monkeypatch.chdir(tmp_path)
     (tmp_path / "answer.py").write_text("open('ran', 'w').close()\n")
     ours, theirs = socket.socketpair()

@@ -115,6 +115,11 @@ def test_a_code_cells_comments_are_replaced_in_order_and_its_code_never():
     zh = translation.with_comments(source, ["一\n二\n三", "代码之后", "另一段"], "test")
     assert zh == ("def f(x):\n    # 一\n    # 二\n    # 三\n    y = x + 1  # 代码之后\n\n"
                   "    # 另一段\n    return y\n")
+    answer = ('s = "a\x0cb"  # a form feed in a string\n### BEGIN SOLUTION\n# the answer\n### END SOLUTION\n'
+              "### BEGIN HIDDEN TESTS\n# a hidden case\n### END HIDDEN TESTS\n")
+    assert [c.text for c in translation.comments(answer)] == ["a form feed in a string"]  # what students read
+    assert translation.with_comments(answer, ["字符串中的换页符"], "test") == answer.replace("a form feed in a string",
+                                                                                          "字符串中的换页符")
     for chinese, words in ((["一", "二"], "2 Chinese comments for 3"),
                            (["一", "代码\n之后", "另一段"], "after code takes one line"),
                            (["一", "x\n    return 0  #", "另一段"], "after code takes one line")):

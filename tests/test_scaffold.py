@@ -181,8 +181,8 @@ def test_a_gpu_session_runs_its_plans_stages_in_the_background_and_packs_what_th
 @pytest.mark.parametrize("plan", sorted((ROOT / "scripts" / "gpu_plans").glob("*.txt")), ids=lambda p: p.name)
 def test_a_committed_gpu_plan_names_only_stages_gpu_run_has(plan):
     """A typo in a plan would cost a GPU session's minutes: every stage is one of gpu_run.sh's,
-    every stage name is used once (each names its results folder), and tests and -k arguments
-    name files that exist."""
+    every stage name is used once (each names its results folder), and the test files it names
+    exist."""
     script = (ROOT / "scripts" / "gpu_run.sh").read_text()
     known = set(re.findall(r"^  (\w+)\) ", script, re.M))
     names = []

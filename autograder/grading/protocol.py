@@ -120,9 +120,13 @@ def _read(sock: socket.socket, n: int, deadline: float, alive: Callable[[], bool
         try:
             chunk = sock.recv_into(view[got:], min(n - got, 1 << 22))
         except socket.timeout:
-            if not alive():
+            if alive():
+                continue
+            sock.setblocking(False)  # what it sent before it ended is read still
+            try:
+                chunk = sock.recv_into(view[got:], min(n - got, 1 << 22))
+            except BlockingIOError:
                 raise PeerGone("the runner ended; a process it started holds the channel") from None
-            continue
         except OSError as error:
             raise PeerGone(str(error)) from None
         if not chunk:

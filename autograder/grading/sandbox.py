@@ -77,7 +77,9 @@ def limit_resources(processes: int | None = None) -> None:
     kernel never holds root to that): the grading process calls it on itself first thing, so an
     allocation, a file or a fork past its cap fails instead of exhausting the machine."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT_BYTES, FILE_LIMIT_BYTES))
-    if processes is not None:
+    if processes is not None:  # no higher than the hard limit it was given (a container's, systemd's)
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        processes = processes if hard == resource.RLIM_INFINITY else min(processes, hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     # RLIMIT_DATA, not RLIMIT_AS: it counts heap and private writable mappings only, so the
     # interpreter's 1 GB of mapped libraries and a CUDA driver's address-space reservations

@@ -7,8 +7,8 @@ Code cells run, and are graded, as the same code in both versions; only their co
 translated. A code cell's entry is ``{en: <digest>, comments: [<Chinese>, ...]}``, one text per
 comment of the English, in order: a run of whole-line comments at one indentation is one comment
 (several lines of Chinese for it are written at its indentation), and a comment after code is
-another (one line); comments inside nbgrader's solution regions are not counted (no student
-reads them). Every exercise's starting point in a lesson has one, and every code cell of a problem
+another (one line); comments inside nbgrader's solution and hidden-test regions are not
+counted (no student reads them). Every exercise's starting point in a lesson has one, and every code cell of a problem
 set a student may edit (a test checks each).
 
 - Lessons: ``notebooks/zh/translations/NN_name.yaml`` → ``notebooks/zh/NN_name.ipynb``
@@ -47,26 +47,28 @@ def source_digest(text: str) -> str:
 
 
 def translate(nb: nbformat.NotebookNode, table_path: Path, name: str) -> nbformat.NotebookNode:
-    """``nb`` in Chinese, in place: each hand-written Markdown cell from the table, and a cell
-    switching the course's messages to Chinese just before the cell that sets up the device (whose
-    banner is the first thing the course says)."""
+    """``nb`` in Chinese, in place: each hand-written Markdown cell from the table, the comments of
+    each code cell the table names, and a cell switching the course's messages to Chinese just
+    before the cell that sets up the device (whose banner is the first thing the course says)."""
     table = yaml.safe_load(table_path.read_text()) if table_path.exists() else None
     if table is None:
         raise FileNotFoundError(f"{table_path}: no Chinese translation of {name}")
     for cell in nb.cells:
-        hand_written = cell.cell_type == "markdown" and "role" not in cell.metadata.get("course", {})
+        if cell.cell_type == "markdown" and "role" in cell.metadata.get("course", {}):
+            continue  # generated: the sync writes it in each language
         entry = table.get(cell.id)
         if entry is None:
-            if hand_written:
+            if cell.cell_type == "markdown":
                 raise KeyError(f"{table_path.name}: no Chinese for cell {cell.id} of {name}")
             continue
-        if entry["en"] != source_digest(cell.source):
+        if entry.get("en") != source_digest(cell.source):
             raise ValueError(f"{table_path.name}: cell {cell.id} of {name} is stale, its English "
                              f"changed (digest now {source_digest(cell.source)})")
-        if cell.cell_type == "code":
-            cell.source = with_comments(cell.source, entry["comments"], f"{table_path.name}: cell {cell.id}")
-        else:
-            cell.source = entry["zh"].rstrip("\n")
+        what = "comments" if cell.cell_type == "code" else "zh"
+        if what not in entry:
+            raise KeyError(f"{table_path.name}: cell {cell.id} of {name} is a {cell.cell_type} cell: give its {what}")
+        cell.source = (with_comments(cell.source, entry["comments"], f"{table_path.name}: cell {cell.id}")
+                       if what == "comments" else entry["zh"].rstrip("\n"))
     setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "setup_device(" in c.source)
     language = nbformat.v4.new_code_cell(ZH_LANGUAGE_CELL)
     language.id = f"zh{nb.cells[setup].id}"[:64]
@@ -92,10 +94,10 @@ class Comment:
 
 def comments(source: str) -> list[Comment]:
     """The comments of Python ``source`` a student reads, in order (none inside nbgrader's
-    solution regions)."""
+    solution or hidden-test regions)."""
     found: list[Comment] = []
-    lines = source.splitlines()
-    hidden = _solution_lines(lines)
+    lines = source.split("\n")  # as tokenize counts rows: not at a form feed inside a string
+    hidden = _hidden_lines(lines)
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type != tokenize.COMMENT or token.start[0] - 1 in hidden:
             continue
@@ -109,15 +111,16 @@ def comments(source: str) -> list[Comment]:
     return found
 
 
-def _solution_lines(lines: list[str]) -> set[int]:
-    """The lines of nbgrader's solution regions, their markers included: no student sees them."""
-    hidden, inside = set(), False
+def _hidden_lines(lines: list[str]) -> set[int]:
+    """The lines of nbgrader's solution and hidden-test regions, their markers included (found
+    anywhere in a line, as nbgrader finds them): no student sees them."""
+    hidden, end = set(), None
     for number, line in enumerate(lines):
-        marker = line.strip()
-        inside = inside or marker == "### BEGIN SOLUTION"
-        if inside:
+        end = end or next((f"### END {what}" for what in ("SOLUTION", "HIDDEN TESTS") if f"### BEGIN {what}" in line),
+                          None)
+        if end:
             hidden.add(number)
-        inside = inside and marker != "### END SOLUTION"
+            end = None if end in line else end
     return hidden
 
 
@@ -127,14 +130,14 @@ def with_comments(source: str, chinese: list[str], where: str) -> str:
     found = comments(source)
     if len(found) != len(chinese):
         raise ValueError(f"{where}: {len(chinese)} Chinese comments for {len(found)} in the English")
-    lines = source.splitlines()
+    lines = source.split("\n")
     for comment, text in reversed(list(zip(found, chinese))):
         parts = text.strip("\n").split("\n")
         if not comment.whole_line and len(parts) > 1:
             raise ValueError(f"{where}: a comment after code takes one line of Chinese: {text!r}")
         head = lines[comment.first][:comment.column]
         lines[comment.first:comment.last + 1] = [head + "# " + part for part in parts]
-    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")
+    return "\n".join(lines)
 
 
 def code_stub() -> dict[str, str]:
@@ -146,8 +149,8 @@ def code_stub() -> dict[str, str]:
 
 class Translate(NbGraderPreprocessor):
     """``generate_assignment`` step: in the language of ``TRITON_COURSE_LANG`` (English by
-    default, then nothing changes), the assignment's Markdown from its table, and its generated
-    cells (the rubric, the Colab badge) made in that language."""
+    default, then nothing changes), the assignment's Markdown and code comments from its table,
+    and its generated cells (the rubric, the Colab badge) made in that language."""
 
     def preprocess(self, nb, resources):
         language = settings.LANG.get()
