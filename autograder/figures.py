@@ -145,15 +145,15 @@ def _bench(results: dict, source: str) -> dict[str, Figure]:
 def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Figure]:
     """Every figure by name: the benchmark's, the registry's, then :data:`DERIVED`."""
     figs = _bench(json.loads(results.read_text()), _relative(results))
-    for name, entry in json.loads(registry.read_text()).items():
-        if name in figs:
-            raise ValueError(f"{_relative(registry)}: {name} is also a figure of {_relative(results)}")
-        figs[name] = Figure(**entry)
-    for kind, more in (("a declaration", _declared()), ("the class tables", class_runs()),
-                       ("the lessons' runs", lesson_runs())):
+
+    def add(more: dict[str, Figure], source: str) -> None:  # a name given twice stops the record
         if taken := sorted(more.keys() & figs.keys()):
-            raise ValueError(f"{', '.join(taken)}: from {kind}, and already recorded elsewhere")
-        figs |= more
+            raise ValueError(f"{', '.join(taken)}: from {source}, and already recorded elsewhere")
+        figs.update(more)
+    add({name: Figure(**entry) for name, entry in json.loads(registry.read_text()).items()}, _relative(registry))
+    add(_declared(), "a declaration")
+    add(class_runs(), "the class tables")
+    add(lesson_runs(), "the lessons' runs")
     for name, (unit, formula) in DERIVED.items():
         used = []
 
@@ -165,9 +165,8 @@ def recorded(results: Path = RESULTS, registry: Path = REGISTRY) -> dict[str, Fi
         except KeyError:  # an input not recorded (yet): a marker naming this figure says so
             continue
         inputs = [figs[n] for n in used]
-        if name in figs:
-            raise ValueError(f"{name}: derived (figures.DERIVED), and already recorded elsewhere")
-        figs[name] = Figure(number, unit, max(f.date for f in inputs), inputs[0].card, "derived from " + ", ".join(used))
+        add({name: Figure(number, unit, max(f.date for f in inputs), inputs[0].card, "derived from " + ", ".join(used))},
+            "figures.DERIVED")
     return figs
 
 

@@ -66,9 +66,10 @@ def _seconds(text: str) -> float:
 
 
 PROCESSES = 4096
-"""The grading user's processes and threads, every runner together: a runner has a few dozen
-threads, so this leaves room for a hundred runners at once and stops a fork bomb long before the
-machine's table of process ids is full."""
+"""The grading user's processes and threads, every runner together: a student's runner had at most
+3 threads grading PS1 on the CPU (CUDA adds a few of its own on a GPU), so this leaves room for
+hundreds of runners and stops a fork bomb at an eighth of Linux's smallest default table of
+process ids (32,768)."""
 
 
 def _count(text: str) -> int:

@@ -15,7 +15,8 @@ as the tests import ``conftest``).
   :func:`sync_of_a_changed_copy`, what the sync reports for one notebook changed by hand.
 - Softmax rows with a trap past their end: :func:`rows_with_a_trap_past_them`.
 - A copy kernel whose store has no mask: :func:`copy_unmasked_store`.
-- Code compared without its comments (a Chinese version's): :func:`code_tokens`.
+- Code compared without its comments (a Chinese version's): :func:`code_tokens`; Chinese
+  text: :data:`CJK`.
 
 Source is always loaded from a file (:func:`load_source`): ``@triton.jit`` reads a kernel's
 source through ``inspect``, which needs one.
@@ -23,6 +24,7 @@ source through ``inspect``, which needs one.
 import importlib.util
 import io
 import itertools
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +42,8 @@ from autograder.lesson_kernels.rms_norm_backward import DX_TOLERANCES, layer_gra
 from autograder.lesson_kernels.rms_norm_backward_dw import DW_TOLERANCES
 from conftest import DEVICE, ROOT, venv_env
 
+CJK = re.compile(r"[\u4e00-\u9fff]")
+"""A Chinese character."""
 STUB_MARK = 'NotImplementedError(say("write me'  # "write me" or "write me: <what to do>"
 NOTEBOOK_IMPORTS = ("import torch\nimport triton\nimport triton.language as tl\n\n"  # what a stub cell assumes
                     "from autograder import say\n\n")

@@ -774,7 +774,6 @@ def add(x, y):
 
 @pytest.mark.skipif(not _as_root_with_nobody(), reason="needs root and a `nobody` user")
 def test_the_grading_users_processes_are_capped(graded_here, monkeypatch, python_for_nobody):
-    import re
     from autograder import settings
     from autograder.grading import sandbox
 

@@ -1,6 +1,5 @@
 """The committed student versions (student/, student/zh/) are what nbgrader releases, and run top
 to bottom."""
-import re
 import shutil
 
 import nbformat
@@ -13,7 +12,6 @@ from conftest import ROOT, venv_env
 
 ASSIGNMENTS = student_versions.assignments()
 VERSIONS = student_versions.versions()
-CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
 def version_id(version) -> str:
@@ -50,7 +48,7 @@ def test_every_comment_a_chinese_student_may_edit_is_in_chinese(assignment):
     nb = nbformat.read(student_versions.student_path(assignment, "zh"), as_version=4)
     english = [(c.id, comment.text) for c in nb.cells if c.cell_type == "code"
                and not c.metadata.get("nbgrader", {}).get("locked") for comment in translation.comments(c.source)
-               if not CJK.search(comment.text)]
+               if not kit.CJK.search(comment.text)]
     assert not english, english
 
 
@@ -106,7 +104,7 @@ def test_the_student_version_runs_and_only_its_tests_fail(version, monkeypatch):
     if language == "en":
         assert "not written yet" in printed and "needs a GPU" in printed
     else:  # the check's and the grader's verdicts in the student's language
-        assert CJK.search(printed) and "not written yet" not in printed, printed
+        assert kit.CJK.search(printed) and "not written yet" not in printed, printed
 
 
 def test_a_release_is_made_once_for_the_same_inputs_and_again_when_one_changes(tmp_path, monkeypatch):
