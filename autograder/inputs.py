@@ -14,7 +14,10 @@ def random_tensors(case: Case, generator: torch.Generator, device: str, count: i
 
 def _random_tensor(case: Case, generator: torch.Generator, device: str) -> torch.Tensor:
     *outer, n = case.shape
-    width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
+    if case.strided and not outer:  # a vector: every other element, from the second
+        width = 2 * n + 1
+    else:
+        width = n + n // 2 + 3 if case.strided else n  # odd padding: rows start unaligned
     t = torch.randn((*outer, width), generator=generator, dtype=torch.float32, device=generator.device)
     if case.values == "large":
         t *= 2e3 if case.dtype == torch.float16 else 1e4  # float16 overflows past 65504
@@ -25,7 +28,9 @@ def _random_tensor(case: Case, generator: torch.Generator, device: str) -> torch
     elif case.values != "normal":
         raise ValueError(f"unknown values={case.values!r}")
     t = t.to(device, case.dtype)
-    return t[..., :n] if case.strided else t
+    if not case.strided:
+        return t
+    return t[1::2] if not outer else t[..., :n]
 
 
 def one_random_tensor(case: Case, generator: torch.Generator, device: str) -> tuple[torch.Tensor]:

@@ -38,7 +38,8 @@ class Case:
     """Element type of the inputs (and of the expected output, unless the exercise gives
     ``output_dtype``)."""
     strided: bool = False
-    """Pass a row-strided view, ``x[..., :n]`` of a wider tensor, where the exercise allows it."""
+    """Pass a strided view where the exercise allows it: ``x[..., :n]`` of a wider tensor, or for
+    a vector every other element of a longer one (``x[1::2]``)."""
     values: str = "normal"
     """What the random values look like: ``normal`` (standard normal), ``large`` (magnitudes
     around 10^4, 2·10^3 in float16) or ``neg_inf`` (about one entry in ten -inf, never a

@@ -24,8 +24,9 @@ def _reverse_variant(x_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr, SHIFT
     tl.store(out_ptr + offsets, x, mask=mask)
 
 
-def _variant(shift=1, masked=True):
+def _variant(shift=1, masked=True, contiguous=True):
     def reverse(x):
+        x = x.contiguous() if contiguous else x
         out = torch.empty_like(x)
         _reverse_variant[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK_SIZE=1024,
                                                           SHIFT=shift, MASKED=masked)
@@ -52,6 +53,12 @@ def test_an_unmasked_load_is_caught_on_ragged_sizes_only():
     assert {c.label for c in cases if not c.passed} == \
         {c.label for c in EXERCISE.cases("visible", DEVICE.device) if c.shape[0] % 1024}
     assert all("out of bounds" in c.message for c in cases if not c.passed)
+
+
+def test_a_wrapper_that_passes_a_strided_x_as_it_is_fails_the_strided_case_only():
+    cases = result(_variant(contiguous=False)).cases
+    assert [c.label for c in cases if not c.passed] == \
+        [c.label for c in EXERCISE.cases("visible", DEVICE.device) if c.strided] != []
 
 
 def test_the_notebook_stub_is_reported_as_not_written():

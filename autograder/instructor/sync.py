@@ -40,6 +40,9 @@ NOTEBOOK_DIRS = ("notebooks", "source")
 SECTION_MARK = "# --- notebook cell: "
 ZH_DIR = ROOT / "notebooks" / "zh"
 TRANSLATIONS = ZH_DIR / "translations"
+FROM_THE_ENGLISH = ("solution", "kernel", "test")
+"""Roles whose cells a Chinese lesson takes from its English notebook, generated there and then
+translated (their comments) like any other code cell."""
 
 
 def repository() -> str:
@@ -58,8 +61,10 @@ def colab_badge(path: Path) -> str:
     return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
 
 
-def colab_install() -> str:
-    return ("# In Colab this installs the course package; anywhere else it does nothing.\n"
+def colab_install(language: str = "en") -> str:
+    with speaking(language):
+        comment = say("In Colab this installs the course package; anywhere else it does nothing.")
+    return (f"# {comment}\n"
             "import sys\n"
             "if \"google.colab\" in sys.modules:\n"
             f"    %pip install --quiet \"triton-course @ git+{repository()}\"")
@@ -117,12 +122,12 @@ def expected_source(cell, path: Path) -> str | None:
     """What a generated cell must hold, or None for a hand-written one."""
     meta = cell.metadata.get("course", {})
     role = meta.get("role")
-    if role is None:
+    if role is None or (path.parent == ZH_DIR and role in FROM_THE_ENGLISH):
         return None
     if role == "colab-badge":
         return colab_badge(path)
     if role == "colab-install":
-        return colab_install()
+        return colab_install("zh" if path.parent == ZH_DIR else "en")
     if role == "solution":
         return cell_code(meta["from"], meta["section"])
     if role == "kernel":
@@ -135,8 +140,11 @@ def expected_source(cell, path: Path) -> str | None:
 
 
 def translated(english: Path) -> nbformat.NotebookNode:
-    """The Chinese lesson made from ``english`` and its translation table."""
-    return translate(nbformat.read(english, as_version=4), TRANSLATIONS / f"{english.stem}.yaml", english.name)
+    """The Chinese lesson made from ``english``, its generated cells brought in step first, and its
+    translation table."""
+    nb = nbformat.read(english, as_version=4)
+    _fill_generated(nb, english)
+    return translate(nb, TRANSLATIONS / f"{english.stem}.yaml", english.name)
 
 
 def sync(path: Path, write: bool = True) -> list[str]:

@@ -8,7 +8,8 @@ translated. A code cell's entry is ``{en: <digest>, comments: [<Chinese>, ...]}`
 comment of the English, in order: a run of whole-line comments at one indentation is one comment
 (several lines of Chinese for it are written at its indentation), and a comment after code is
 another (one line); comments inside nbgrader's solution and hidden-test regions are not counted
-(no student reads them). Every exercise's starting point in a lesson has one, and every code
+(no student reads them). Every code cell of a lesson with comments has one (the generated
+kernels' too: a lesson's are filled from the English before it is translated), and every code
 cell of a problem set a student may edit (a test checks each).
 
 - Lessons: ``notebooks/zh/translations/NN_name.yaml`` → ``notebooks/zh/NN_name.ipynb``

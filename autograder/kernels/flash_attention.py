@@ -76,8 +76,9 @@ def fold_key_blocks(acc, m, l, q, k_head, v_head, rows, start, stop, seq_len, qk
     return acc, m, l
 
 
-# seq_len unspecialised: Triton would otherwise compile apart lengths divisible by 16 and the
-# rest (and 1), doubling what the tuner compiles; every address here is aligned by HEAD_DIM.
+# seq_len and batch_heads unspecialised: Triton would otherwise compile apart values divisible
+# by 16 and the rest (and 1), doubling what the tuner compiles; the addresses' alignment comes
+# from HEAD_DIM, a constexpr, alone.
 @triton.jit(do_not_specialize=["seq_len", "batch_heads"])
 def attention_kernel(out_ptr, q_ptr, k_ptr, v_ptr, seq_len, batch_heads, qk_scale, HEAD_DIM: tl.constexpr,
                      CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -114,9 +115,9 @@ def attention_kernel(out_ptr, q_ptr, k_ptr, v_ptr, seq_len, batch_heads, qk_scal
 
 # On a GPU the launch picks the fastest of these per (seq_len, batch·heads, head_dim, causal),
 # timing each on the first call: the best tiles for 2 heads (a few dozen programs on 132 SMs)
-# are not the best for 128, so the number of heads is in the key. Larger blocks reuse each loaded K/V block for more queries, but 128 × 128
-# at head_dim 128 with several stages may want more than an SM's 228 KB of shared memory: the
-# tuner skips a configuration that does not fit.
+# are not the best for 128, so the number of heads is in the key. Larger blocks reuse each
+# loaded K/V block for more queries, but 128 × 128 at head_dim 128 with several stages may want
+# more than an SM's 228 KB of shared memory: the tuner skips a configuration that does not fit.
 GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
                for bm, bn, warps, stages in [(64, 64, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (128, 64, 8, 4),
                                              (128, 128, 8, 2), (128, 128, 8, 3)]]

@@ -36,7 +36,7 @@ def row_state(x_row, start, stop, BLOCK_SIZE: tl.constexpr):
 @triton.jit
 def softmax_row_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols,
                        BLOCK_SIZE: tl.constexpr):
-    # int64 row offset: 64 rows of 2**25 columns already pass 2**31 elements.
+    # int64 row offset: with 2**25 columns, row 64 starts at 2**31, past int32.
     row = tl.program_id(axis=0).to(tl.int64)
     x_row = x_ptr + row * x_row_stride
     out_row = out_ptr + row * out_row_stride

@@ -10,9 +10,10 @@ def _flip(x: torch.Tensor) -> torch.Tensor:
 
 
 # 1 and 127 fit in one block; 1025 and 5000 end in a ragged block whose masked lanes would
-# read before x[0] without the mask; 1024 and 4096 are whole blocks.
+# read before x[0] without the mask; 1024 and 4096 are whole blocks. A strided x (every other
+# element of a longer vector) is read wrong by a kernel that assumes its elements are adjacent.
 _CPU = (tuple(Case((n,)) for n in (1, 127, 1024, 1025, 5000))
-        + tuple(Case((n,), torch.float16) for n in (1000, 4096)))
+        + tuple(Case((n,), torch.float16) for n in (1000, 4096)) + (Case((3000,), strided=True),))
 _GPU = _CPU + tuple(Case((n,), dt) for dt in (torch.float32, torch.float16) for n in (2**20 + 1, 2**24))
 
 EXERCISE = Exercise(
