@@ -15,7 +15,8 @@ rewritten from the record (:mod:`autograder.figures`) in every notebook, in READ
 docs/*.md, and in the translations.
 
 Chinese lessons, ``notebooks/zh/NN_name.ipynb``, are generated whole from the English
-``notebooks/NN_name.ipynb`` and ``notebooks/zh/translations/NN_name.yaml``
+``notebooks/NN_name.ipynb`` (its generated cells filled first, so a kernel's comments are
+translated like any other code cell's) and ``notebooks/zh/translations/NN_name.yaml``
 (:mod:`.translation`); a translation whose English has changed since is reported as stale (a
 figure's new value is no change: the digest blanks them). The problem sets' tables, in
 ``student/zh/translations/``, are applied when nbgrader releases them (:mod:`.student_versions`).
