@@ -269,7 +269,32 @@ def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem
                            else say("output dtype is {got}, expected {want} (the inputs' dtype).", **dtypes),
                            "dtype")
     differ = compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
+    if differ and exercise.diagnoses and (views := _strided_views(exercise, inputs)):
+        misread = tuple(_as_if_contiguous(t) if isinstance(t, torch.Tensor) else t for t in inputs)
+        if compare_outputs(exercise, case.dtype, outs, _reference(exercise, misread)) is None:
+            differ += "\n" + say("Your output is exactly PyTorch's result for these inputs read as if their elements "
+                                 "were adjacent in memory, but {views}: read each through its strides (pass "
+                                 "x.stride(0), x.stride(1), ... to the kernel), or copy it with .contiguous() "
+                                 "where the exercise allows a copy.", views=views)
     return Problem(differ, "values") if differ else None
+
+
+def _strided_views(exercise: Exercise, inputs) -> str:
+    """The inputs that are strided views a kernel could misread as contiguous, as a clause
+    (``x is a view with strides (2,)``), or "" when there is none."""
+    views = [(name, tuple(t.stride())) for name, t in _named_inputs(exercise, inputs).items()
+             if not t.is_contiguous() and _as_if_contiguous(t) is not t]
+    return ", ".join(say("{name} is a view with strides {strides}", name=name, strides=strides)
+                     for name, strides in views)
+
+
+def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s storage read from its offset as a contiguous tensor of its shape, where the
+    storage holds that many elements (else ``t`` itself): what a kernel that ignores the
+    strides reads."""
+    if t.is_contiguous() or t.storage_offset() + t.numel() > t.untyped_storage().nbytes() // t.element_size():
+        return t
+    return t.as_strided(t.shape, torch.empty(t.shape, device="meta").stride(), t.storage_offset())
 
 
 def compare_outputs(exercise: Exercise, dtype: torch.dtype, outs, expected, inputs=None) -> str | None:

@@ -121,6 +121,9 @@ class Exercise:
     """Which cases' answers take no real work (a vocabulary of one, every row ignored, a lone
     token: the answer is a constant or a copy of an input). In a verdict, such cases count only
     beside a passed case that is not one, so a function that does nothing scores 0. None: no case is."""
+    diagnoses: bool = True
+    """Whether a failed case's message may say what the mistake most likely is (inputs read as if
+    contiguous); False where finding the mistake is the exercise (lesson 6's debugging)."""
     gradients: dict[str, dict[torch.dtype, Tolerance]] = field(default_factory=dict)
     """For an exercise graded on its backward pass too: the arguments whose gradients are judged,
     by their names in ``signature`` (whose every parameter then has a type), each with its

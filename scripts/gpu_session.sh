@@ -9,8 +9,9 @@
 # stages remain.
 # PLAN (default scripts/gpu_plans/h200.txt): a stage a line, "NAME ARGS...", with ARGS as
 # scripts/gpu_run.sh takes them; "only-on TEXT" runs the lines after it only on a card whose name
-# contains TEXT; "#" starts a comment (a line is evaluated as shell words: the plan is the course's
-# own file). The exit status says only whether the packing worked; each stage's is in the progress.
+# contains TEXT ("only-on" alone: on every card again); "#" starts a comment (a line is evaluated
+# as shell words: the plan is the course's own file). The exit status says only whether the
+# packing worked; each stage's is in the progress.
 set -uo pipefail
 runs=${GPU_SESSION_DIR:-/tmp/gpurun}
 tree=${GPU_SESSION_TREE:-/tmp/tree}

@@ -29,11 +29,11 @@ def _variant_kernel(out_ptr, x_ptr, x_row_stride, out_row_stride, n_cols, eps, B
     tl.store(out_ptr + row * out_row_stride + cols, result.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def variant(mean_over_block=False, in_float32=True, eps=1e-6):
+def variant(mean_over_block=False, in_float32=True, eps=1e-6, row_stride=True):
     def rms_norm(x):
         x = x if x.stride(1) == 1 else x.contiguous()
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        _variant_kernel[(x.shape[0],)](out, x, x.stride(0), out.stride(0), x.shape[1], eps,
+        _variant_kernel[(x.shape[0],)](out, x, x.stride(0) if row_stride else x.shape[1], out.stride(0), x.shape[1], eps,
                                        BLOCK_SIZE=triton.next_power_of_2(x.shape[1]),
                                        MEAN_OVER_BLOCK=mean_over_block, IN_FLOAT32=in_float32)
         return out
@@ -68,6 +68,14 @@ def test_squares_left_in_float16_fail_the_large_float16_case():
     large = {c.label for c in CASES if c.dtype == torch.float16 and c.values == "large"}
     assert large and large <= set(wrong)
     assert not {c.label for c in CASES if c.dtype == torch.float32} & set(wrong)
+
+
+def test_rows_read_as_if_contiguous_fail_the_strided_cases_and_are_named():
+    wrong = failed(variant(row_stride=False))
+    strided = {c.label for c in CASES if c.strided}
+    assert strided and set(wrong) == strided
+    assert all("read as if their elements were adjacent in memory, but x is a view with strides" in message
+               for message in wrong.values()), wrong
 
 
 def test_the_notebook_stub_is_reported_as_not_written():

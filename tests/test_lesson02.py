@@ -59,6 +59,15 @@ def test_a_wrapper_that_passes_a_strided_x_as_it_is_fails_the_strided_case_only(
     cases = result(_variant(contiguous=False)).cases
     assert [c.label for c in cases if not c.passed] == \
         [c.label for c in EXERCISE.cases("visible", DEVICE.device) if c.strided] != []
+    assert all("as if their elements were adjacent in memory, but x is a view with strides (2,)" in c.message
+               for c in cases if not c.passed)
+
+
+@pytest.mark.skipif(DEVICE.has_gpu, reason="the shifted load reads x[-1] on a GPU: before the buffer")
+def test_a_mistake_that_is_not_a_misread_stride_is_not_called_one():
+    cases = result(_variant(shift=2)).cases  # reads x shifted by one: wrong on every case, strided or not
+    assert not any(c.passed for c in cases)
+    assert not any("adjacent in memory" in c.message for c in cases)
 
 
 def test_the_notebook_stub_is_reported_as_not_written():
