@@ -151,7 +151,9 @@ def code_stub() -> dict[str, str]:
 class Translate(NbGraderPreprocessor):
     """``generate_assignment`` step: in the language of ``TRITON_COURSE_LANG`` (English by
     default, then nothing changes), the assignment's Markdown and code comments from its table,
-    and its generated cells (the rubric, the Colab badge) made in that language."""
+    and its generated cells (the rubric, the Colab badge and install cell) made in that language. The
+    graded cells keep their English comments (the hidden test's), so that their nbgrader checksums
+    are the same in both languages."""
 
     def preprocess(self, nb, resources):
         language = settings.LANG.get()
@@ -167,4 +169,6 @@ class Translate(NbGraderPreprocessor):
                 cell.source = sync.rubric(meta["exercise"], language)
             elif meta.get("role") == "colab-badge":
                 cell.source = sync.colab_badge(sync.ROOT / "student" / language / assignment / f"{assignment}.ipynb")
+            elif meta.get("role") == "colab-install":
+                cell.source = sync.colab_install(language)
         return nb, resources
