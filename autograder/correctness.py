@@ -507,6 +507,8 @@ def _hints(error: BaseException, cause: BaseException, in_kernel: bool) -> list[
     """What usually causes ``cause`` (what ``error`` wraps, if anything), raised in a wrapper or
     a kernel, where the exception's own words do not say it."""
     text = str(cause)
+    if common := where_it_ran(cause):
+        return common
     if isinstance(cause, TypeError) and "'function' object is not subscriptable" in text:
         return [say("A kernel launched as `kernel[grid](...)` needs `@triton.jit` on the line above its `def`.")]
     if shapes := _INVALID_GRADIENT.search(text):
@@ -526,6 +528,19 @@ def _hints(error: BaseException, cause: BaseException, in_kernel: bool) -> list[
     if any("libdevice" in "".join(linecache.getlines(name)) for name in files):
         return [say("Triton's interpreter cannot run libdevice functions (on the CPU they give None): use "
                     "triton.language's own (tl.exp, tl.log, tl.sqrt, tl.math...), or run on a GPU.")]
+    return []
+
+
+def where_it_ran(error: BaseException) -> list[str]:
+    """A hint for an error that comes from where the code runs rather than from the code: a name
+    from a cell that grading does not run, or timing asked of Triton's interpreter."""
+    if isinstance(error, NameError):
+        return [say("When your work is graded only the setup cell and your answer cells run, in their order: a "
+                    "kernel, helper or import from any other cell, or a file beside the notebook, is not there. "
+                    "Define {name} in an answer cell.", name=f"`{error.name}`" if error.name else say("it"))]
+    if "active drivers" in str(error):
+        return [say("On the CPU Triton's interpreter runs your kernels, and it has no GPU to time them: "
+                    "triton.testing.do_bench (and any timing) needs a GPU. Time only when device.has_gpu.")]
     return []
 
 

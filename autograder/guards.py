@@ -789,17 +789,27 @@ def interpreter_launches(on_launch):
         _on_launch = previous
 
 
+def _no_timing(kernel_call, quantiles) -> list[float]:
+    """An interpreted autotuner's timer: on the CPU there is nothing to time, so every
+    configuration ties and the autotuner keeps the first."""
+    return [0.0] * len(quantiles)
+
+
 def install_interpreter_hooks() -> None:
     """Patch the interpreter (once) so that its launches and accesses reach ``_on_launch``:
     interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory, and refuse
     bfloat16 tensors, whose arithmetic the interpreter gets wrong silently (Triton 3.9: an add of two
-    bfloat16 vectors of standard normal values was off by 3e38)."""
+    bfloat16 vectors of standard normal values was off by 3e38). An autotuner with several
+    configurations runs its first, untimed: Triton's own would ask for a GPU to time them on
+    ("0 active drivers"), so a kernel tuned on a GPU still runs, and is graded, on the CPU."""
     import triton.language as tl
     from triton.runtime import interpreter
+    from triton.runtime.autotuner import Autotuner
     from triton.runtime.errors import InterpreterError
 
     if getattr(interpreter, "_course_hooks", False):
         return
+    Autotuner.do_bench = property(lambda self: _no_timing)
     executor = interpreter.GridExecutor
     original_init, original_call = executor._init_args_hst, executor.__call__
 

@@ -90,6 +90,7 @@ ANSWERS = {
                           "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
                           "    if x.shape[1] % 64:\n        raise ValueError('ragged sizes are next week')"),
     "nosy": REF + NOISY + SNOOP,  # prints megabytes, looks for the course, finds nothing (+ reach())
+    "copied": REF,  # sent as ps1_broadcast_add-Copy1.ipynb, as JupyterLab's "Duplicate" names it
     "mallory": RIGGED_GRADE,
     "no_function": "def plus(x, y):\n    return x + y\n",
     "bad_signature": "def add(x):\n    return x\n",
@@ -138,7 +139,8 @@ def impostor_files(course: Path) -> dict[str, str]:
 UNREADABLE = {"not_json": '{"cells": [ this is not JSON', "no_cells": None,
               "surrogate": json.dumps({"cells": [{"cell_type": "code", "source": "# \ud83d", "metadata": {},
                                                   "outputs": [], "execution_count": None}],
-                                       "metadata": {}, "nbformat": 4, "nbformat_minor": 4})}
+                                       "metadata": {}, "nbformat": 4, "nbformat_minor": 4}),
+              "two_copies": None}  # two readable notebooks, neither of the released name
 REGRADED = ["raises", "mallory"]
 
 
@@ -191,7 +193,11 @@ def tamper(nb) -> None:
 def submit(course, student: str, listing: bool = True) -> None:
     folder = course / "submitted" / student / PS1
     folder.mkdir(parents=True)
-    path = folder / f"{PS1}.ipynb"
+    path = folder / (f"{PS1}-Copy1.ipynb" if student == "copied" else f"{PS1}.ipynb")
+    if student == "two_copies":
+        for name in ("a.ipynb", "b.ipynb"):
+            shutil.copy(course / "release" / PS1 / f"{PS1}.ipynb", folder / name)
+        return
     if student in UNREADABLE:
         path.write_text(UNREADABLE[student] or json.dumps(
             {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
@@ -229,7 +235,7 @@ def graded(tmp_path_factory):
 
 
 EXPECTED = {student: ZERO for student in [*ANSWERS, *UNREADABLE]} | {
-    s: FULL for s in ("ada", "nosy", "vandal", "reorderer") if s in ANSWERS} | {"raises": expected_unmasked_points()}
+    s: FULL for s in ("ada", "nosy", "vandal", "reorderer", "copied") if s in ANSWERS} | {"raises": expected_unmasked_points()}
 
 REASON = {
     "exit_at_import": "your code crashed the grading process (exit code 1).",
@@ -245,6 +251,7 @@ REASON = {
     "not_json": f"{PS1}.ipynb is not a readable notebook (NotJSONError",
     "no_cells": f"{PS1}.ipynb has no cells",
     "surrogate": f"{PS1}.ipynb is not a readable notebook (UnicodeEncodeError: 'utf-8' codec can't encode",
+    "two_copies": f"the submission holds no {PS1}.ipynb (it holds a.ipynb, b.ipynb)",
 }
 HIDDEN_REASON = REASON | {  # what a case's own run said stays out of a hidden test's verdict
     "raises": "`add` raised an exception.",
@@ -289,6 +296,13 @@ def test_the_student_reads_the_cause_in_the_graded_notebook_and_the_feedback(gra
     errors = [o for o in notebook.cells[cell(notebook, "test_correctness")].outputs if o.output_type == "error"]
     assert errors and shown in errors[0].evalue
     assert shown in (course / "feedback" / student / PS1 / f"{PS1}.html").read_text()
+
+
+def test_a_lone_notebook_of_another_name_is_graded_under_the_released_name(graded):
+    _, grades, _, _, _ = graded
+    assert grades["copied"].failing == ["test_throughput"]
+    assert grades["copied"].notes == [f"graded {PS1}-Copy1.ipynb as {PS1}.ipynb: the submission holds no notebook of "
+                                      "the released name"]
 
 
 def test_good_and_noisy_students_pass_with_their_output_left_out(graded):

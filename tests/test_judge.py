@@ -593,6 +593,50 @@ def test_what_runs_around_the_call_breaks_the_rules(graded_here, answer, words):
     assert not result.correct and all(c.message.startswith(words) for c in result.cases), result.summary()
 
 
+AUTOTUNED_ADD = """
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["M", "N"])
+@triton.jit
+def tuned_kernel(x_ptr, y_ptr, out_ptr, M, N, xs0, xs1, ys0, ys1, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offsets < M * N
+    row, col = offsets // N, offsets % N
+    total = tl.load(x_ptr + row * xs0 + col * xs1, mask=inside) + tl.load(y_ptr + row * ys0 + col * ys1, mask=inside)
+    tl.store(out_ptr + offsets, total, mask=inside)
+
+
+def add(x, y):
+    y = y.expand_as(x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    M, N = x.shape
+    tuned_kernel[lambda meta: (triton.cdiv(M * N, meta["BLOCK"]),)](x, y, out, M, N, *x.stride(), *y.stride())
+    return out
+"""
+
+
+def test_an_autotuned_kernel_is_graded_on_the_cpu_too(graded_here):
+    """In the interpreter the autotuner keeps its first configuration: there is nothing to time."""
+    write_notebook(graded_here, AUTOTUNED_ADD)
+    result = isolated()
+    assert result.correct, result.summary()
+
+
+def test_what_only_runs_in_the_students_notebook_is_explained(graded_here):
+    """A name from a cell grading does not run, said with where grading looks; display() does
+    nothing; timing on the CPU says it needs a GPU."""
+    write_notebook(graded_here, "def add(x, y):\n    return helper(x, y)\n", other="def helper(x, y): return x + y")
+    message = isolated().cases[0].message
+    assert "`add` raised NameError" in message and "Define `helper` in an answer cell" in message, message
+    write_notebook(graded_here, "TUNED = tuned_kernel\n" + AUTOTUNED_ADD)
+    message = isolated().cases[0].message
+    assert "raised NameError when run on their own" in message and "Define `tuned_kernel`" in message, message
+    write_notebook(graded_here, AUTOTUNED_ADD + "\ndisplay('add is defined')\n")
+    assert isolated().correct
+    if not DEVICE.has_gpu:
+        write_notebook(graded_here, AUTOTUNED_ADD + "\ntriton.testing.do_bench(lambda: add(torch.ones(4, 4), torch.ones(4)))\n")
+        message = isolated().cases[0].message
+        assert "when run on their own" in message and "has no GPU to time them" in message, message
+
+
 def test_a_broken_answer_cell_is_explained(graded_here):
     write_notebook(graded_here, "def add(x, y)\n    return x")
     assert "raised SyntaxError when run on their own" in isolated().cases[0].message

@@ -90,6 +90,11 @@ class NoShell:
     system = getoutput = _nothing
 
 
+def shown_nowhere(*objects, **options) -> None:
+    """IPython's ``display()``, which every notebook cell can call: while the cells are graded
+    their output is not kept, so it shows nothing."""
+
+
 _MAGICS_RUN = itertools.count()
 
 
@@ -106,7 +111,7 @@ def run_answer(path: Path, starts: list[int]) -> tuple[dict, str | None]:
     on its own (a ``from __future__`` import is a cell's own), the cells starting on the lines
     ``starts`` of ``path`` (counted from 0); their namespace, and why they failed if they did."""
     module = types.ModuleType("__main__")
-    module.get_ipython = NoShell
+    module.get_ipython, module.display = NoShell, shown_nowhere
     sys.modules["__main__"] = module
     sys.meta_path.insert(0, _HiddenPackages)
     lines, name = path.read_text().split("\n"), str(path.resolve())
@@ -116,10 +121,11 @@ def run_answer(path: Path, starts: list[int]) -> tuple[dict, str | None]:
             exec(compile("\n" * start + "\n".join(lines[start:end]), name, "exec"), vars(module))
         return vars(module), None
     except Exception as exc:  # the answer cells fail when run on their own
+        from ..correctness import where_it_ran
         # a syntax error's line number counts from the top of setup + answers: show the line
         detail = f"{exc.msg}: `{exc.text.strip()}`" if isinstance(exc, SyntaxError) and exc.text else exc
-        error = say("your answer cells raised {error_type} when run on their own: {detail}",
-                    error_type=type(exc).__name__, detail=detail)
+        error = "\n".join([say("your answer cells raised {error_type} when run on their own: {detail}",
+                                error_type=type(exc).__name__, detail=detail), *where_it_ran(exc)])
         if sandbox.ran_out_of_memory(error):
             error = say("your code {memory}: {error}", memory=sandbox.memory_note(), error=error)
         return vars(module), error

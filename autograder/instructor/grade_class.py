@@ -183,9 +183,15 @@ def _rubric_differs(course: Path, assignment: str) -> list[str]:
 
 
 def unreadable(course: Path, assignment: str, student: str) -> str | None:
-    """Why a submitted notebook cannot be graded at all (not JSON, text nbgrader cannot write out
-    again such as a lone UTF-16 surrogate, no cells), or None."""
-    for path in sorted((course / "submitted" / student / assignment).glob("*.ipynb")):
+    """Why a submission cannot be graded at all (no notebook of the released name, nor a lone
+    notebook to take for it; not JSON, text nbgrader cannot write out again such as a lone UTF-16
+    surrogate, no cells), or None."""
+    submitted = course / "submitted" / student / assignment
+    sent, released = sorted(submitted.glob("*.ipynb")), grade_workers.released_notebooks(course, assignment)
+    if released and not {p.name for p in sent} & set(released) and len(sent) != 1:
+        return (f"the submission holds no {' or '.join(released)}"
+                + (f" (it holds {', '.join(p.name for p in sent)})" if sent else " (nor any notebook)"))
+    for path in sent:
         try:
             nb = nbformat.read(path, as_version=4)
             nbformat.writes(nb).encode()
@@ -266,7 +272,10 @@ def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -
         if result.problem is not None:
             grade.failing, grade.reasons = ["(whole notebook)"], [result.problem]
             return grade
-        graded = [course / "submitted" / result.student / assignment / f"{nb.name}.ipynb" for nb in submission.notebooks]
+        submitted = course / "submitted" / result.student / assignment
+        sent_as = {new.name: old for old, new in grade_workers.lone_notebook_renamed(
+            course, assignment, sorted(submitted.glob("*.ipynb")), submitted).items()}
+        graded = [sent_as.get(f"{nb.name}.ipynb", submitted / f"{nb.name}.ipynb") for nb in submission.notebooks]
         try:
             grade.notes = locked_cell_notes(course, assignment, result.student, graded) + review_notes(graded)
         except Exception as error:  # a notebook nbgrader graded may still defeat this reading: grade on
@@ -317,14 +326,14 @@ def grade_class(course: Path, assignment: str, only: list[str] | None = None, re
     gradebook = grade_workers.snapshot(course / "gradebook.db")
     failed = 0
     try:
-        futures, left_out = [], {}
+        futures, left_out, renamed = [], {}, {}
         for student in todo:
             if (problem := unreadable(course, assignment, student)) is not None:
                 futures.append(Future())
                 futures[-1].set_result(grade_workers.Result(student, problem))
             else:
                 job = grade_workers.make_job(course, assignment, student, gradebook)
-                left_out[student] = job.left_out
+                left_out[student], renamed[student] = job.left_out, job.renamed
                 futures.append(pool.submit(job))
         with tqdm(total=len(todo), unit="student", dynamic_ncols=True) as bar:
             for future in as_completed(futures):
@@ -336,6 +345,9 @@ def grade_class(course: Path, assignment: str, only: list[str] | None = None, re
                     if left_out.get(result.student):
                         grade.notes.append(printable("left out of grading, not regular files (links?): "
                                                      + ", ".join(left_out[result.student])))
+                    if renamed.get(result.student):
+                        grade.notes.append(printable("graded " + ", ".join(renamed[result.student])
+                                                     + ": the submission holds no notebook of the released name"))
                     if result.problem is not None:
                         grade.reasons[0] += f" (nbgrader's output: {_save_log(course, assignment, result)})"
                     elif result.retried is not None:

@@ -52,6 +52,8 @@ class Job:
     files: dict[str, bytes]
     left_out: list[str] = field(default_factory=list)
     """What the submission holds that is not a regular file (links above all), by path: not graded."""
+    renamed: list[str] = field(default_factory=list)
+    """A notebook graded under the released name (``x-Copy1.ipynb as x.ipynb``)."""
 
 
 @dataclass
@@ -146,8 +148,25 @@ def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> J
                 files[str(path.relative_to(course))] = path.read_bytes()
     submitted = course / "submitted" / student / assignment
     regular, others = regular_files(submitted)
-    files |= {str(path.relative_to(course)): path.read_bytes() for path in regular}
-    return Job(assignment, student, files, [str(path.relative_to(submitted)) for path in others])
+    renamed = lone_notebook_renamed(course, assignment, regular, submitted)
+    files |= {str(renamed.get(path, path).relative_to(course)): path.read_bytes() for path in regular}
+    return Job(assignment, student, files, [str(path.relative_to(submitted)) for path in others],
+               [f"{old.name} as {new.name}" for old, new in renamed.items()])
+
+
+def released_notebooks(course: Path, assignment: str) -> list[str]:
+    return sorted(path.name for path in (course / "release" / assignment).glob("*.ipynb"))
+
+
+def lone_notebook_renamed(course: Path, assignment: str, files: list[Path], submitted: Path) -> dict[Path, Path]:
+    """``{sent: released}`` when the assignment has one notebook and the submission holds one
+    notebook of another name (``ps1_broadcast_add-Copy1.ipynb``): graded under the released name,
+    as the judge finds it; nbgrader would find no notebook to grade."""
+    released = released_notebooks(course, assignment)
+    sent = [path for path in files if path.parent == submitted and path.suffix == ".ipynb"]
+    if len(released) == 1 and len(sent) == 1 and sent[0].name != released[0]:
+        return {sent[0]: submitted / released[0]}
+    return {}
 
 
 def regular_files(folder: Path) -> tuple[list[Path], list[Path]]:

@@ -107,7 +107,9 @@ def rubric(exercise_name: str, language: str = "en") -> str:
             say("| throughput | {points:g} | at least {threshold:g}× the speed of `{baseline}` on a {case} input, on a GPU |",
                 points=p["throughput"], threshold=t.threshold, baseline=t.baseline, case=t.case.label),
             *(["", say("A case whose answer takes no real work (all zeros, or a copy of an input) counts only once a "
-                       "case that does passes too.")] if ex.edge else [])])
+                       "case that does passes too.")] if ex.edge else []),
+            "", say("Grading runs the setup cell and your answer cells alone, in a fresh process: everything your "
+                    "function needs (kernels, helpers, imports) goes in them, not in other cells or files.")])
 
 
 def test_source(exercise_name: str, part: str) -> str:
