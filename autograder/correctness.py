@@ -269,30 +269,37 @@ def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem
                            else say("output dtype is {got}, expected {want} (the inputs' dtype).", **dtypes),
                            "dtype")
     differ = compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
-    if differ and exercise.diagnoses and (views := _strided_views(exercise, inputs)):
-        misread = tuple(_as_if_contiguous(t) if isinstance(t, torch.Tensor) else t for t in inputs)
-        if compare_outputs(exercise, case.dtype, outs, _reference(exercise, misread)) is None:
-            differ += "\n" + say("Your output is exactly PyTorch's result for these inputs read as if their elements "
-                                 "were adjacent in memory, but {views}: read each through its strides (pass "
-                                 "x.stride(0), x.stride(1), ... to the kernel), or copy it with .contiguous() "
-                                 "where the exercise allows a copy.", views=views)
+    if differ and exercise.diagnoses and (misread := _misread_views(exercise, case, inputs, outs)):
+        differ += "\n" + say("Your output matches PyTorch's result for these inputs with {views} read as if "
+                             "their elements were adjacent in memory: read each through its strides (pass them, "
+                             "x.stride(0) and so on, to the kernel), or copy it with .contiguous() where the "
+                             "exercise allows a copy.", views=misread)
     return Problem(differ, "values") if differ else None
 
 
-def _strided_views(exercise: Exercise, inputs) -> str:
-    """The inputs that are strided views a kernel could misread as contiguous, as a clause
-    (``x is a view with strides (2,)``), or "" when there is none."""
-    views = [(name, tuple(t.stride())) for name, t in _named_inputs(exercise, inputs).items()
-             if not t.is_contiguous() and _as_if_contiguous(t) is not t]
-    return ", ".join(say("{name} is a view with strides {strides}", name=name, strides=strides)
-                     for name, strides in views)
+def _misread_views(exercise: Exercise, case: Case, inputs, outs) -> str:
+    """The strided inputs whose misreading as contiguous explains ``outs`` (each alone, else all
+    together), as a clause (``x, a view with strides (2,)``), or "" when none does."""
+    names = [*exercise.parameters, "dy"] if exercise.gradients else exercise.parameters
+    views = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and _as_if_contiguous(t) is not t]
+    for chosen in [[i] for i in views] + ([views] if len(views) > 1 else []):
+        misread = tuple(_as_if_contiguous(t) if i in chosen else t for i, t in enumerate(inputs))
+        try:
+            explains = compare_outputs(exercise, case.dtype, outs, _reference(exercise, misread)) is None
+        except Exception:  # the reference refuses such inputs: no hint
+            explains = False
+        if explains:
+            return ", ".join(say("{name}, a view with strides {strides}", name=names[i] if i < len(names) else i,
+                                 strides=tuple(inputs[i].stride())) for i in chosen)
+    return ""
 
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s storage read from its offset as a contiguous tensor of its shape, where the
-    storage holds that many elements (else ``t`` itself): what a kernel that ignores the
-    strides reads."""
-    if t.is_contiguous() or t.storage_offset() + t.numel() > t.untyped_storage().nbytes() // t.element_size():
+    """``t``'s storage read from its offset as a contiguous tensor of its shape, where ``t`` is a
+    floating-point view whose storage holds that many elements (else ``t`` itself): what a kernel
+    that ignores the strides reads."""
+    if (t.is_contiguous() or not t.is_floating_point()
+            or t.storage_offset() + t.numel() > t.untyped_storage().nbytes() // t.element_size()):
         return t
     return t.as_strided(t.shape, torch.empty(t.shape, device="meta").stride(), t.storage_offset())
 
@@ -531,13 +538,18 @@ def _hints(error: BaseException, cause: BaseException, in_kernel: bool) -> list[
     return []
 
 
+ANSWER_CELLS_ALONE = False
+"""Whether this process runs a notebook's setup and answer cells alone (a grading runner sets it),
+where a missing name is most likely one from a cell grading does not run."""
+
+
 def where_it_ran(error: BaseException) -> list[str]:
     """A hint for an error that comes from where the code runs rather than from the code: a name
     from a cell that grading does not run, or timing asked of Triton's interpreter."""
-    if isinstance(error, NameError):
+    if isinstance(error, NameError) and not isinstance(error, UnboundLocalError) and error.name and ANSWER_CELLS_ALONE:
         return [say("When your work is graded only the setup cell and your answer cells run, in their order: a "
                     "kernel, helper or import from any other cell, or a file beside the notebook, is not there. "
-                    "Define {name} in an answer cell.", name=f"`{error.name}`" if error.name else say("it"))]
+                    "Define {name} in an answer cell.", name=f"`{error.name}`")]
     if "active drivers" in str(error):
         return [say("On the CPU Triton's interpreter runs your kernels, and it has no GPU to time them: "
                     "triton.testing.do_bench (and any timing) needs a GPU. Time only when device.has_gpu.")]

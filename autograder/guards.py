@@ -799,9 +799,11 @@ def install_interpreter_hooks() -> None:
     """Patch the interpreter (once) so that its launches and accesses reach ``_on_launch``:
     interpreted kernels raise :class:`OutOfBoundsAccess` instead of corrupting memory, and refuse
     bfloat16 tensors, whose arithmetic the interpreter gets wrong silently (Triton 3.9: an add of two
-    bfloat16 vectors of standard normal values was off by 3e38). An autotuner with several
-    configurations runs its first, untimed: Triton's own would ask for a GPU to time them on
-    ("0 active drivers"), so a kernel tuned on a GPU still runs, and is graded, on the CPU."""
+    bfloat16 vectors of standard normal values was off by 3e38). In a process interpreting every
+    kernel (``TRITON_INTERPRET=1``; :func:`autograder.trace` interprets one kernel on a GPU too),
+    an autotuner with several configurations runs its first, untimed: Triton's own would ask for a
+    GPU to time them on ("0 active drivers"), so a kernel tuned on a GPU still runs, and is
+    graded, on the CPU."""
     import triton.language as tl
     from triton.runtime import interpreter
     from triton.runtime.autotuner import Autotuner
@@ -809,7 +811,9 @@ def install_interpreter_hooks() -> None:
 
     if getattr(interpreter, "_course_hooks", False):
         return
-    Autotuner.do_bench = property(lambda self: _no_timing)
+    timed = Autotuner.do_bench  # the property: a GPU's timer, for a process that also runs on a GPU
+    Autotuner.do_bench = property(lambda self: _no_timing if os.environ.get("TRITON_INTERPRET") == "1"
+                                  else timed.__get__(self))
     executor = interpreter.GridExecutor
     original_init, original_call = executor._init_args_hst, executor.__call__
 

@@ -881,3 +881,20 @@ def test_only_a_students_own_check_says_a_call_is_still_running(monkeypatch, cap
     assert "still running" not in capsys.readouterr().out
     check("vector_add", slow_add, cases="visible")
     assert "is still running after 0.05" in capsys.readouterr().out
+
+
+def test_the_untimed_autotuner_is_the_interpreters_alone(monkeypatch):
+    """The course's interpreter hooks make an autotuner keep its first configuration untimed, but
+    only while every kernel is interpreted: trace() installs them on a GPU too, where lesson 7 then
+    autotunes for real."""
+    from triton.runtime.autotuner import Autotuner
+
+    from autograder import guards
+
+    guards.install_interpreter_hooks()
+    tuner = Autotuner.__new__(Autotuner)
+    tuner._do_bench = timer = lambda kernel_call, quantiles: [1.0] * len(quantiles)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert tuner.do_bench is guards._no_timing
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert tuner.do_bench is timer

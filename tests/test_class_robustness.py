@@ -90,7 +90,9 @@ ANSWERS = {
                           "def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
                           "    if x.shape[1] % 64:\n        raise ValueError('ragged sizes are next week')"),
     "nosy": REF + NOISY + SNOOP,  # prints megabytes, looks for the course, finds nothing (+ reach())
-    "copied": REF,  # sent as ps1_broadcast_add-Copy1.ipynb, as JupyterLab's "Duplicate" names it
+    # sent as ps1_broadcast_add-Copy1.ipynb (as JupyterLab's "Duplicate" names it), its setup cell
+    # edited, beside a link named as the released notebook that points at the source with the answers
+    "copied": REF,
     "mallory": RIGGED_GRADE,
     "no_function": "def plus(x, y):\n    return x + y\n",
     "bad_signature": "def add(x):\n    return x\n",
@@ -209,6 +211,11 @@ def submit(course, student: str, listing: bool = True) -> None:
     if student == "reorderer":  # the hidden test above the visible one
         nb.cells.insert(cell(nb, "test_correctness"), nb.cells.pop(cell(nb, "test_hidden")))
     nbformat.write(nb, path)
+    if student == "copied":
+        nb = nbformat.read(path, as_version=4)
+        nb.cells[cell(nb, "setup")].source += "\n# edited"
+        nbformat.write(nb, path)
+        (folder / f"{PS1}.ipynb").symlink_to(course / "source" / PS1 / f"{PS1}.ipynb")
     if student == "impostor":
         for name, text in impostor_files(course).items():
             (folder / name).parent.mkdir(exist_ok=True)
@@ -301,8 +308,10 @@ def test_the_student_reads_the_cause_in_the_graded_notebook_and_the_feedback(gra
 def test_a_lone_notebook_of_another_name_is_graded_under_the_released_name(graded):
     _, grades, _, _, _ = graded
     assert grades["copied"].failing == ["test_throughput"]
-    assert grades["copied"].notes == [f"graded {PS1}-Copy1.ipynb as {PS1}.ipynb: the submission holds no notebook of "
-                                      "the released name"]
+    assert grades["copied"].notes == [  # its own notebook's locked cells checked, not the link's
+        "locked cell setup edited: graded as released",
+        f"left out of grading, not regular files (links?): {PS1}.ipynb",
+        f"graded {PS1}-Copy1.ipynb as {PS1}.ipynb: the submission holds no notebook of the released name"]
 
 
 def test_good_and_noisy_students_pass_with_their_output_left_out(graded):

@@ -348,6 +348,8 @@ def main(argv=None) -> int:
     guards.count_audit_hooks()
     before = Surroundings.now()
     starts = [int(line) for line in args.cells.read_text().split(",") if line] if args.cells else [0]
+    from .. import correctness
+    correctness.ANSWER_CELLS_ALONE = True  # a missing name is then most likely one from another cell
     namespace, error = run_answer(args.answer, starts)
     fn = namespace.get(exercise.function)
     if error is None and fn is None:

@@ -186,9 +186,10 @@ def unreadable(course: Path, assignment: str, student: str) -> str | None:
     """Why a submission cannot be graded at all (no notebook of the released name, nor a lone
     notebook to take for it; not JSON, text nbgrader cannot write out again such as a lone UTF-16
     surrogate, no cells), or None."""
-    submitted = course / "submitted" / student / assignment
-    sent, released = sorted(submitted.glob("*.ipynb")), grade_workers.released_notebooks(course, assignment)
-    if released and not {p.name for p in sent} & set(released) and len(sent) != 1:
+    sent = grade_workers.sent_notebooks(course / "submitted" / student / assignment)
+    released = grade_workers.released_notebooks(course, assignment)
+    if released and not {p.name for p in sent} & set(released) \
+            and not grade_workers.lone_notebook_renamed(released, sent):
         return (f"the submission holds no {' or '.join(released)}"
                 + (f" (it holds {', '.join(p.name for p in sent)})" if sent else " (nor any notebook)"))
     for path in sent:
@@ -243,18 +244,18 @@ def graded_as_released(notebook: dict, originals: dict) -> set[str]:
     return ok
 
 
-def locked_cell_notes(course: Path, assignment: str, student: str, paths: list[Path]) -> list[str]:
-    """What the student did to the locked cells of the submitted notebooks ``paths``, checked
-    against what nbgrader then graded."""
+def locked_cell_notes(course: Path, assignment: str, student: str, paths: dict[str, Path]) -> list[str]:
+    """What the student did to the locked cells of the submitted notebooks ``paths`` (by the name
+    of the released notebook each was graded as), checked against what nbgrader then graded."""
     notes = []
-    for path in paths:
-        released = released_cells(course, assignment, path.stem)
+    for name, path in paths.items():
+        released = released_cells(course, assignment, name)
         changes = locked_cell_changes(nbformat.read(path, as_version=4).cells, released)
         if not changes:
             continue
-        graded = course / "autograded" / student / assignment / path.name
+        graded = course / "autograded" / student / assignment / f"{name}.ipynb"
         notebook = json.loads(graded.read_text()) if graded.exists() else {}
-        ok = graded_as_released(notebook, gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, path.stem))
+        ok = graded_as_released(notebook, gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, name))
         if moved_locked_cells(notebook.get("cells", []), released):  # the graded ones ran out of order
             ok -= {name for name, change in changes.items() if change == "moved"}
         notes += [f"locked cell {name} {change}: "
@@ -272,12 +273,13 @@ def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -
         if result.problem is not None:
             grade.failing, grade.reasons = ["(whole notebook)"], [result.problem]
             return grade
-        submitted = course / "submitted" / result.student / assignment
-        sent_as = {new.name: old for old, new in grade_workers.lone_notebook_renamed(
-            course, assignment, sorted(submitted.glob("*.ipynb")), submitted).items()}
-        graded = [sent_as.get(f"{nb.name}.ipynb", submitted / f"{nb.name}.ipynb") for nb in submission.notebooks]
+        sent = grade_workers.sent_notebooks(course / "submitted" / result.student / assignment)
+        read = {path.name: path for path in sent} | {name: path for path, name in grade_workers.lone_notebook_renamed(
+            grade_workers.released_notebooks(course, assignment), sent).items()}
+        graded = {nb.name: read[f"{nb.name}.ipynb"] for nb in submission.notebooks if f"{nb.name}.ipynb" in read}
         try:
-            grade.notes = locked_cell_notes(course, assignment, result.student, graded) + review_notes(graded)
+            grade.notes = (locked_cell_notes(course, assignment, result.student, graded)
+                           + review_notes(list(graded.values())))
         except Exception as error:  # a notebook nbgrader graded may still defeat this reading: grade on
             grade.notes = [f"review failed ({type(error).__name__}: {error}): read the notebooks by hand"]
         for nb in submission.notebooks:

@@ -148,24 +148,30 @@ def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> J
                 files[str(path.relative_to(course))] = path.read_bytes()
     submitted = course / "submitted" / student / assignment
     regular, others = regular_files(submitted)
-    renamed = lone_notebook_renamed(course, assignment, regular, submitted)
-    files |= {str(renamed.get(path, path).relative_to(course)): path.read_bytes() for path in regular}
+    renamed = lone_notebook_renamed(released_notebooks(course, assignment), sent_notebooks(submitted, regular))
+    files |= {str((submitted / renamed[path] if path in renamed else path).relative_to(course)): path.read_bytes()
+              for path in regular}
     return Job(assignment, student, files, [str(path.relative_to(submitted)) for path in others],
-               [f"{old.name} as {new.name}" for old, new in renamed.items()])
+               [f"{old.name} as {new}" for old, new in renamed.items()])
 
 
 def released_notebooks(course: Path, assignment: str) -> list[str]:
     return sorted(path.name for path in (course / "release" / assignment).glob("*.ipynb"))
 
 
-def lone_notebook_renamed(course: Path, assignment: str, files: list[Path], submitted: Path) -> dict[Path, Path]:
-    """``{sent: released}`` when the assignment has one notebook and the submission holds one
-    notebook of another name (``ps1_broadcast_add-Copy1.ipynb``): graded under the released name,
-    as the judge finds it; nbgrader would find no notebook to grade."""
-    released = released_notebooks(course, assignment)
-    sent = [path for path in files if path.parent == submitted and path.suffix == ".ipynb"]
+def sent_notebooks(submitted: Path, regular: list[Path] | None = None) -> list[Path]:
+    """The notebooks of a submission folder that grading reads: regular files (:func:`regular_files`)
+    at its top."""
+    regular = regular_files(submitted)[0] if regular is None else regular
+    return [path for path in regular if path.parent == submitted and path.suffix == ".ipynb"]
+
+
+def lone_notebook_renamed(released: list[str], sent: list[Path]) -> dict[Path, str]:
+    """``{sent notebook: released name}`` when the assignment has one notebook and the submission
+    holds one notebook of another name (``ps1_broadcast_add-Copy1.ipynb``): graded under the
+    released name, as the judge finds it; nbgrader would find no notebook to grade."""
     if len(released) == 1 and len(sent) == 1 and sent[0].name != released[0]:
-        return {sent[0]: submitted / released[0]}
+        return {sent[0]: released[0]}
     return {}
 
 
