@@ -270,16 +270,16 @@ def judge_output(exercise: Exercise, case: Case, inputs, outs: tuple) -> Problem
                            "dtype")
     differ = compare_outputs(exercise, case.dtype, outs, expected, inputs=_named_inputs(exercise, inputs))
     if differ and exercise.diagnoses and (misread := _misread_views(exercise, case, inputs, outs)):
-        differ += "\n" + say("Your output matches PyTorch's result for these inputs with {views} read as if "
-                             "their elements were adjacent in memory: read each through its strides (pass them, "
-                             "x.stride(0) and so on, to the kernel), or copy it with .contiguous() where the "
-                             "exercise allows a copy.", views=misread)
+        differ += "\n" + say("Your output matches PyTorch's result for these inputs read as if {views} were "
+                             "stored contiguously: index such a view through its strides (pass x.stride(0) and so "
+                             "on to the kernel), or copy it with .contiguous() where the exercise allows a copy.",
+                             views=misread)
     return Problem(differ, "values") if differ else None
 
 
 def _misread_views(exercise: Exercise, case: Case, inputs, outs) -> str:
     """The strided inputs whose misreading as contiguous explains ``outs`` (each alone, else all
-    together), as a clause (``x, a view with strides (2,)``), or "" when none does."""
+    together), as a clause (``x (a view with strides (2,))``), or "" when none does."""
     names = [*exercise.parameters, "dy"] if exercise.gradients else exercise.parameters
     views = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and _as_if_contiguous(t) is not t]
     for chosen in [[i] for i in views] + ([views] if len(views) > 1 else []):
@@ -289,7 +289,7 @@ def _misread_views(exercise: Exercise, case: Case, inputs, outs) -> str:
         except Exception:  # the reference refuses such inputs: no hint
             explains = False
         if explains:
-            return ", ".join(say("{name}, a view with strides {strides}", name=names[i] if i < len(names) else i,
+            return ", ".join(say("{name} (a view with strides {strides})", name=names[i] if i < len(names) else i,
                                  strides=tuple(inputs[i].stride())) for i in chosen)
     return ""
 
@@ -547,11 +547,11 @@ def where_it_ran(error: BaseException) -> list[str]:
     """A hint for an error that comes from where the code runs rather than from the code: a name
     from a cell that grading does not run, or timing asked of Triton's interpreter."""
     if isinstance(error, NameError) and not isinstance(error, UnboundLocalError) and error.name and ANSWER_CELLS_ALONE:
-        return [say("When your work is graded only the setup cell and your answer cells run, in their order: a "
+        return [say("When your work is graded, only the setup cell and your answer cells run, in their order: a "
                     "kernel, helper or import from any other cell, or a file beside the notebook, is not there. "
                     "Define {name} in an answer cell.", name=f"`{error.name}`")]
     if "active drivers" in str(error):
-        return [say("On the CPU Triton's interpreter runs your kernels, and it has no GPU to time them: "
+        return [say("On the CPU, Triton's interpreter runs your kernels, and it has no GPU to time them: "
                     "triton.testing.do_bench (and any timing) needs a GPU. Time only when device.has_gpu.")]
     return []
 

@@ -188,8 +188,7 @@ def unreadable(course: Path, assignment: str, student: str) -> str | None:
     surrogate, no cells), or None."""
     sent = grade_workers.sent_notebooks(course / "submitted" / student / assignment)
     released = grade_workers.released_notebooks(course, assignment)
-    if released and not {p.name for p in sent} & set(released) \
-            and not grade_workers.lone_notebook_renamed(released, sent):
+    if released and not grade_workers.graded_notebooks(released, sent):
         return (f"the submission holds no {' or '.join(released)}"
                 + (f" (it holds {', '.join(p.name for p in sent)})" if sent else " (nor any notebook)"))
     for path in sent:
@@ -248,14 +247,14 @@ def locked_cell_notes(course: Path, assignment: str, student: str, paths: dict[s
     """What the student did to the locked cells of the submitted notebooks ``paths`` (by the name
     of the released notebook each was graded as), checked against what nbgrader then graded."""
     notes = []
-    for name, path in paths.items():
-        released = released_cells(course, assignment, name)
+    for graded_as, path in paths.items():
+        released = released_cells(course, assignment, graded_as)
         changes = locked_cell_changes(nbformat.read(path, as_version=4).cells, released)
         if not changes:
             continue
-        graded = course / "autograded" / student / assignment / f"{name}.ipynb"
+        graded = course / "autograded" / student / assignment / f"{graded_as}.ipynb"
         notebook = json.loads(graded.read_text()) if graded.exists() else {}
-        ok = graded_as_released(notebook, gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, name))
+        ok = graded_as_released(notebook, gradebook_cells(f"sqlite:///{course / 'gradebook.db'}", assignment, graded_as))
         if moved_locked_cells(notebook.get("cells", []), released):  # the graded ones ran out of order
             ok -= {name for name, change in changes.items() if change == "moved"}
         notes += [f"locked cell {name} {change}: "
@@ -273,10 +272,9 @@ def collect_grade(course: Path, assignment: str, result: grade_workers.Result) -
         if result.problem is not None:
             grade.failing, grade.reasons = ["(whole notebook)"], [result.problem]
             return grade
-        sent = grade_workers.sent_notebooks(course / "submitted" / result.student / assignment)
-        read = {path.name: path for path in sent} | {name: path for path, name in grade_workers.lone_notebook_renamed(
-            grade_workers.released_notebooks(course, assignment), sent).items()}
-        graded = {nb.name: read[f"{nb.name}.ipynb"] for nb in submission.notebooks if f"{nb.name}.ipynb" in read}
+        read = grade_workers.graded_notebooks([f"{nb.name}.ipynb" for nb in submission.notebooks],
+                                              grade_workers.sent_notebooks(course / "submitted" / result.student / assignment))
+        graded = {name.removesuffix(".ipynb"): path for name, path in read.items()}
         try:
             grade.notes = (locked_cell_notes(course, assignment, result.student, graded)
                            + review_notes(list(graded.values())))

@@ -148,15 +148,12 @@ def make_job(course: Path, assignment: str, student: str, gradebook: bytes) -> J
                 files[str(path.relative_to(course))] = path.read_bytes()
     submitted = course / "submitted" / student / assignment
     regular, others = regular_files(submitted)
-    renamed = lone_notebook_renamed(released_notebooks(course, assignment), sent_notebooks(submitted, regular))
+    graded = graded_notebooks(released_notebooks(course, assignment), sent_notebooks(submitted, regular))
+    renamed = {path: name for name, path in graded.items() if path.name != name}
     files |= {str((submitted / renamed[path] if path in renamed else path).relative_to(course)): path.read_bytes()
               for path in regular}
     return Job(assignment, student, files, [str(path.relative_to(submitted)) for path in others],
                [f"{old.name} as {new}" for old, new in renamed.items()])
-
-
-def released_notebooks(course: Path, assignment: str) -> list[str]:
-    return sorted(path.name for path in (course / "release" / assignment).glob("*.ipynb"))
 
 
 def sent_notebooks(submitted: Path, regular: list[Path] | None = None) -> list[Path]:
@@ -166,13 +163,18 @@ def sent_notebooks(submitted: Path, regular: list[Path] | None = None) -> list[P
     return [path for path in regular if path.parent == submitted and path.suffix == ".ipynb"]
 
 
-def lone_notebook_renamed(released: list[str], sent: list[Path]) -> dict[Path, str]:
-    """``{sent notebook: released name}`` when the assignment has one notebook and the submission
-    holds one notebook of another name (``ps1_broadcast_add-Copy1.ipynb``): graded under the
-    released name, as the judge finds it; nbgrader would find no notebook to grade."""
-    if len(released) == 1 and len(sent) == 1 and sent[0].name != released[0]:
-        return {sent[0]: released[0]}
-    return {}
+def released_notebooks(course: Path, assignment: str) -> list[str]:
+    return sorted(path.name for path in (course / "release" / assignment).glob("*.ipynb"))
+
+
+def graded_notebooks(released: list[str], sent: list[Path]) -> dict[str, Path]:
+    """Which of the ``sent`` notebooks are graded, by the ``released`` name each is graded as: its
+    own, or, when the assignment has one notebook and the submission one of another name
+    (``ps1_broadcast_add-Copy1.ipynb``), the released one, as the judge finds it (nbgrader would
+    find no notebook to grade). Empty: nothing to grade."""
+    if len(released) == 1 and len(sent) == 1:
+        return {released[0]: sent[0]}
+    return {path.name: path for path in sent if path.name in released}
 
 
 def regular_files(folder: Path) -> tuple[list[Path], list[Path]]:
