@@ -4,6 +4,7 @@ import contextlib
 import fcntl
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,20 @@ def venv_env(**extra) -> dict:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     env.update(extra)
     return env
+
+
+def execute_notebook(nb, folder: Path, **options) -> None:
+    """Run ``nb`` in place, top to bottom, in a fresh kernel started in ``folder`` (nbclient's
+    ``options``), its sockets in a folder of their own (:mod:`autograder.grading.kernel_sockets`)."""
+    from jupyter_client.manager import AsyncKernelManager
+    from nbclient import NotebookClient
+
+    from autograder.grading.kernel_sockets import on_unix_sockets
+
+    with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
+        km = AsyncKernelManager(kernel_name="python3")
+        on_unix_sockets(km, sockets)
+        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(folder)}}, **options).execute()
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import re
 import runpy
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -17,10 +18,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbclient import NotebookClient
 from nbgrader.api import Gradebook
 
 from autograder import exercises, grading
 from autograder.correctness import InProcess, not_run_after_fault, run_cases
+from autograder.grading.autograde import ExecuteInstructorCells
 from autograder.grading.judge import FAULT_RESTARTS
 from autograder.report import CheckResult
 from autograder.assignments.ps1_broadcast_add import EXERCISE as PS1_EXERCISE
@@ -187,6 +190,24 @@ def test_class_summary_names_failing_tests_and_reasons(cycle):
     points = PS1_EXERCISE.points
     assert all(name in summary for name in grades)
     assert f"{points['correctness'] + points['hidden']:g}/{sum(points.values()):g}" in summary
+
+
+def test_the_judges_kernel_needs_no_free_tcp_port(tmp_path, monkeypatch):
+    # Kernels started side by side (grading workers) can be handed the same free TCP port, and
+    # the later one dies before it replies: the judge's kernel talks over sockets in its own folder.
+    for key, value in venv_env().items():
+        monkeypatch.setenv(key, value)
+    execute = ExecuteInstructorCells(kernel_name="python3")
+    execute._function = PS1_EXERCISE.function  # one of the course's exercises
+    execute.resources = {"metadata": {"path": str(tmp_path)}}
+    km = execute.create_kernel_manager()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        km.cache_ports, km.shell_port = False, taken.getsockname()[1]  # as if taken after it was picked
+        NotebookClient(nb, km=km, timeout=120, resources=execute.resources).execute()
+    assert nb.cells[0].outputs[0]["text"] == "42\n"
 
 
 def test_a_correct_notebook_validates_without_a_gpu(cycle, tmp_path):

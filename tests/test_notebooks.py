@@ -4,12 +4,11 @@ import time
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from autograder import settings
 from autograder.instructor import sync, translation
 import kit
-from conftest import DEVICE, ROOT, venv_env
+from conftest import DEVICE, ROOT, execute_notebook, venv_env
 
 NOTEBOOKS = sync.all_notebooks()
 BUDGET_S = 300 if DEVICE.has_gpu else 120
@@ -40,8 +39,7 @@ def test_executes_top_to_bottom(path, monkeypatch):
         monkeypatch.setenv(key, value)
     nb = nbformat.read(path, as_version=4)
     start = time.monotonic()
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    execute_notebook(nb, path.parent)
     if (outputs := settings.NOTEBOOK_OUTPUTS.get()) is not None:
         _append_text_outputs(nb, path, outputs)
     assert time.monotonic() - start < BUDGET_S

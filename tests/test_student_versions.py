@@ -4,11 +4,10 @@ import shutil
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from autograder.instructor import student_versions, sync, translation
 import kit
-from conftest import ROOT, venv_env
+from conftest import ROOT, execute_notebook, venv_env
 
 ASSIGNMENTS = student_versions.assignments()
 VERSIONS = student_versions.versions()
@@ -87,8 +86,7 @@ def test_the_student_version_runs_and_only_its_tests_fail(version, monkeypatch):
     assignment, language = version
     path = student_versions.student_path(*version)
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    execute_notebook(nb, path.parent, allow_errors=True)
     failed = {c.metadata.get("nbgrader", {}).get("grade_id"): next(o for o in c.outputs if o.output_type == "error")
               for c in nb.cells if c.cell_type == "code" and any(o.output_type == "error" for o in c.outputs)}
     graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.cell_type == "code"

@@ -27,6 +27,7 @@ from nbgrader.api import Gradebook
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
+from .kernel_sockets import on_unix_sockets
 
 
 def grade_id(cell) -> str | None:
@@ -194,6 +195,12 @@ class ExecuteInstructorCells(Execute):
                 return super().preprocess(nb, resources, km)
             finally:
                 resources["metadata"]["path"] = folder
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        if self._function is not None:
+            on_unix_sockets(km, self.resources["metadata"]["path"])  # the judge's fresh folder
+        return km
 
     def preprocess_cell(self, cell, resources, index):
         if self._function is None:
