@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from .guards import (DATA_MOVEMENT_OPS, LIBRARY_DIRS, DataRace, GuardZones, KernelTimeout,
+from .guards import (DATA_MOVEMENT_OPS, LIBRARY_DIRS, MAX_SCALAR_READS, DataRace, GuardZones, KernelTimeout,
                      OutOfBoundsAccess, gpu_dot_precision, kernel_line, kernel_line_of, raised_inside,
                      replaced_functions, time_limit, unwritten, watch)
 from .language import say
@@ -108,7 +108,7 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
         outs, problem = call(case, seed + i, inputs)
         if problem is None:
             problem = judge_output(exercise, case, inputs, outs)
-        edge = exercise.is_edge(case)
+        edge = exercise.is_edge(case) or readable_on_the_host(inputs)
         if problem is None:
             results.append(CaseResult(case.label, True, edge=edge))
             continue
@@ -122,6 +122,13 @@ def run_cases(exercise: Exercise, call, cases: tuple[Case, ...], seed: int, devi
             ended = (say("not run: an earlier case did not finish within the time limit of one call (see that "
                          "case)."),) * 2
     return results
+
+
+def readable_on_the_host(inputs: tuple) -> bool:
+    """Whether a case's inputs hold so few values that a function may read them all one at a
+    time (:data:`~autograder.guards.MAX_SCALAR_READS`) and work the answer out on the host: such
+    a case, like an :attr:`~autograder.spec.Exercise.edge` one, counts only beside another."""
+    return sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)) <= MAX_SCALAR_READS
 
 
 def is_cuda_fault(text: str) -> bool:
@@ -404,8 +411,14 @@ def _not_a_tensor(exercise: Exercise, name: str, out) -> str | None:
 
 
 def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> str | None:
-    """Why the output ``name``, a tensor, is not a fresh one on the inputs' device, or None."""
+    """Why the output ``name``, a tensor, is not a fresh one on the inputs' device, laid out as
+    the exercise asks, or None."""
     the_output = name == "y"
+    if the_output and exercise.contiguous_output and not out.is_contiguous():
+        return say("the output has strides {strides}, not a contiguous layout ({wanted}): this exercise asks for a "
+                   "new contiguous tensor, as torch.empty(shape, ...) makes (torch.empty_like of a transposed "
+                   "input keeps its transposed layout).",
+                   strides=tuple(out.stride()), wanted=tuple(torch.empty(out.shape, device="meta").stride()))
     inputs = _tensors(given)
     if inputs and out.device != inputs[0].device:
         devices = dict(name=name, got=out.device, want=inputs[0].device)

@@ -33,8 +33,9 @@ class CaseResult:
     """Why it failed in the judge's words alone: nothing of the case's inputs (no shape, index or
     value) and nothing the student's code wrote or raised. A verdict on hidden cases shows this."""
     edge: bool = False
-    """An answer that takes no real work (:attr:`autograder.spec.Exercise.edge`): it counts only
-    beside a passed case that is not one."""
+    """A case that shows nothing on its own: its answer takes no real work
+    (:attr:`autograder.spec.Exercise.edge`), or its inputs are few enough to work it out on the host
+    (:func:`autograder.correctness.readable_on_the_host`). It counts only beside a passed case that is not one."""
     kind: str = ""
     """What failed, as :func:`autograder.correctness.brief` names it (``values``, ``raised``, ...)."""
 
@@ -128,8 +129,9 @@ class CheckResult:
             first_seen[kind] = c.label
             lines.extend("     " + line for line in c.message.splitlines())
         if self.edges_alone:
-            lines.append("  " + say("Only edge cases passed ({labels}): their answers take no real work, so they count "
-                                    "only once another case passes too.",
+            lines.append("  " + say("Only edge cases passed ({labels}). Such a case shows nothing on its own (its answer "
+                                    "takes no real work, or its inputs are few enough to read one at a time and "
+                                    "work the answer out on the host), so it counts only once another case passes too.",
                                     labels=", ".join(c.label for c in self.cases if c.passed)))
         return lines
 
@@ -146,8 +148,9 @@ class CheckResult:
             lines.append(f"  {case_mark(False)} " + say("{count} of {cases} cases", count=count, cases=len(self.cases)))
             lines.extend("     " + line for line in brief.splitlines())
         if self.edges_alone:
-            lines.append("  " + say("Only edge cases passed: their answers take no real work, so they count only once "
-                                    "another case passes too."))
+            lines.append("  " + say("Only edge cases passed. Such a case shows nothing on its own (its answer takes no "
+                                    "real work, or its inputs are few enough to read one at a time and work the answer "
+                                    "out on the host), so it counts only once another case passes too."))
         if reasons:
             lines.append("  " + say("Hidden cases stay hidden, and so does what went wrong in them. Try your "
                                     "function on shapes of your own: sizes that are not a multiple of your block "

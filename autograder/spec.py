@@ -120,7 +120,12 @@ class Exercise:
     edge: Callable[[Case], bool] | None = None
     """Which cases' answers take no real work (a vocabulary of one, every row ignored, a lone
     token: the answer is a constant or a copy of an input). In a verdict, such cases count only
-    beside a passed case that is not one, so a function that does nothing scores 0. None: no case is."""
+    beside a passed case that is not one, so a function that does nothing scores 0. None: no case is.
+    (A case whose inputs are few enough to work out on the host counts the same way, whatever this
+    says: :func:`autograder.correctness.readable_on_the_host`.)"""
+    contiguous_output: bool = False
+    """Whether the statement asks for a contiguous output (``y``), as a new tensor of the output's
+    shape would be, whatever the inputs' layout; False: any layout PyTorch would accept."""
     diagnoses: bool = True
     """Whether a failed case's message may say what the mistake most likely is (inputs read as if
     contiguous); False where finding the mistake is the exercise (lesson 6's debugging)."""

@@ -155,10 +155,10 @@ def test_when_confinement_fails_none_of_the_students_code_runs(monkeypatch, tmp_
     monkeypatch.setattr(confine, "confine", refuse)
     monkeypatch.setattr(sandbox, "limit_resources", lambda processes=None: None)  # not on the test process
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "answer.py").write_text("open('ran', 'w').close()\n")
+    (tmp_path / "cells.json").write_text(json.dumps([["answer-cell-1", "open('ran', 'w').close()\n"]]))
     ours, theirs = socket.socketpair()
     protocol.send(ours, {"op": "begin"})  # as the judge says once it has calibrated the baseline
-    runner.main(["answer.py", "ps1_broadcast_add", str(theirs.fileno())])
+    runner.main(["cells.json", "ps1_broadcast_add", str(theirs.fileno())])
     message = protocol.recv(ours, time.monotonic() + 5, 0)[0]["error"]
     assert "could not confine your code" in message and "Invalid argument" in message
     assert not (tmp_path / "ran").exists()

@@ -7,8 +7,9 @@ import triton
 import triton.language as tl
 
 from autograder import check, grading
-from autograder.correctness import judge_output
+from autograder.correctness import judge_output, readable_on_the_host
 from autograder.exercises import EXERCISES
+from autograder.guards import MAX_SCALAR_READS
 from autograder.report import CaseResult, CheckResult
 from conftest import DEVICE
 
@@ -67,6 +68,17 @@ def test_no_problem_set_without_edge_cases_is_passed_by_zeros():
                 assert judge_output(exercise, case, inputs, _zeros(exercise, inputs, expected)) is not None, case.label
 
 
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_every_set_of_cases_holds_one_that_counts_on_its_own(name):
+    # were every case an edge case, a right answer would score nothing
+    exercise = EXERCISES[name]
+    for which in ("visible", "hidden") if exercise.hidden_cases() else ("visible",):
+        for kind in ("cpu", "cuda"):
+            assert any(not (exercise.is_edge(case) or readable_on_the_host(
+                exercise.make_inputs(case, torch.Generator().manual_seed(0), "meta")))
+                for case in exercise.cases(which, kind)), (which, kind)
+
+
 def _verdict(*cases, hidden=False):
     return CheckResult("ps3_cross_entropy", seed=0, hidden=hidden,
                        cases=[CaseResult(label, passed, "" if passed else "wrong", "" if passed else "wrong", edge=edge)
@@ -81,7 +93,7 @@ def test_edge_cases_alone_earn_nothing_and_say_why_and_beside_another_they_count
     assert grading.why_nothing(alone, "correctness").startswith("only edge cases passed")
     assert "wrong" in grading.why_nothing(alone, "correctness")
     hidden = _verdict(("4×1", True, True), ("4×100", False, False), hidden=True)
-    assert "Only edge cases passed:" in hidden.summary() and "4×1" not in hidden.summary()
+    assert "Only edge cases passed. Such a case" in hidden.summary() and "4×1" not in hidden.summary()
     beside = _verdict(("4×1", True, True), ("4×100", True, False), ("4×200", False, False))
     assert beside.fraction_passed == pytest.approx(2 / 3) and "edge" not in beside.summary()
 
@@ -104,3 +116,27 @@ def test_a_kernel_that_writes_zeros_scores_nothing_on_cross_entropy():
     edges = {c.label for c in exercise.visible_cases[DEVICE.device] if exercise.is_edge(c)}
     assert edges and {c.label for c in result.cases if c.passed} == edges
     assert grading.points(exercise, "correctness", result) == 0
+
+
+def test_cases_small_enough_to_work_out_on_the_host_count_only_beside_another():
+    # Up to MAX_SCALAR_READS values may be read one at a time: enough to answer a case this small
+    # on the host, launching a kernel that does nothing. Such cases alone earn nothing.
+    exercise = EXERCISES["ps1_broadcast_add"]
+
+    def broadcast_add(x, y):
+        shape = torch.broadcast_shapes(x.shape, y.shape)
+        out = x.new_empty(shape)
+        _store_zeros[(1,)](out, 0, BLOCK=64)  # a launch that writes nothing
+        if x.numel() + y.numel() <= MAX_SCALAR_READS:
+            xs, ys = x.expand(shape), y.expand(shape)
+            for i in range(shape[0]):
+                for j in range(shape[1]):
+                    out[i, j].fill_(float(xs[i, j]) + float(ys[i, j]))
+        return out
+
+    result = check(exercise, broadcast_add, measure_throughput=False, verbose=False)
+    small = {c.label for c in exercise.visible_cases[DEVICE.device]
+             if sum(t.numel() for t in exercise.make_inputs(c, torch.Generator().manual_seed(0), "cpu")) <= MAX_SCALAR_READS}
+    assert small and {c.label for c in result.cases if c.passed} == small
+    assert result.edges_alone and grading.points(exercise, "correctness", result) == 0
+    assert "work the answer out on the host" in result.summary()

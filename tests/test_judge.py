@@ -29,7 +29,7 @@ def zero_kernel(out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.zeros((BLOCK,), dtype=out_ptr.dtype.element_ty), mask=offs < n)
 
 def add(x, y):
-    out = torch.empty_like(x)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     zero_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
     return out
 '''
@@ -205,16 +205,16 @@ def host_modules_here(tmp_path, monkeypatch):
 
 
 def test_thousands_of_answer_cells_start_a_runner_all_the_same(monkeypatch):
-    """Where each cell starts goes in a file: 25,000 cells' lines would not fit a command line."""
+    """The cells go in a file: 30,000 of them would not fit a command line."""
     from autograder.grading import sandbox
     started = []
     monkeypatch.setattr(sandbox, "Sandboxed", lambda cmd, **kwargs: started.append(cmd))
-    runner = judging.Runner(ADD, ("x = 1",) * 30_000, time.monotonic() + 60, 60, begin=False)
+    runner = judging.Runner(ADD, (("answer-cell-1", "x = 1"),) * 30_000, time.monotonic() + 60, 60, begin=False)
     runner.channel.close()
     try:
         assert len(" ".join(started[0])) < 1000
-        starts = (runner.folder / "work" / "cells.txt").read_text().split(",")
-        assert len(starts) == 30_000 and starts[:3] == ["0", "2", "4"]
+        cells = json.loads((runner.folder / "work" / "cells.json").read_text())
+        assert len(cells) == 30_000 and cells[0] == ["answer-cell-1", "x = 1"]
     finally:
         sandbox.remove_tree(runner.folder)
 
@@ -241,7 +241,7 @@ def test_the_baseline_runner_loads_nothing_from_a_cache_student_code_writes(monk
             caches[trusted] = cache
 
     monkeypatch.setattr(sandbox, "Sandboxed", Started)
-    for code in (None, ("def add(x, y): pass",)):
+    for code in (None, (("answer-cell-1", "def add(x, y): pass"),)):
         runner = judging.Runner(ADD, code, time.monotonic() + 60, 60, begin=False)
         runner.channel.close()
         sandbox.remove_tree(runner.folder)
@@ -353,8 +353,8 @@ def test_a_students_tests_share_one_runner_and_one_baseline(graded_here, started
 
 def test_a_runner_runs_no_student_code_before_it_begins(graded_here):
     """A student's runner imports while the judge calibrates the baseline, and waits."""
-    runner = judging.Runner(ADD, (SETUP, "open('ran', 'w').close()\n" + REFERENCE_ADD), time.monotonic() + 120, 120,
-                            begin=False)
+    runner = judging.Runner(ADD, (("setup-cell", SETUP), ("answer-cell-1", "open('ran', 'w').close()\n" + REFERENCE_ADD)),
+                            time.monotonic() + 120, 120, begin=False)
     try:
         marker = runner.folder / "work" / "ran"
         time.sleep(5)  # time enough to import and run the cells, were it let
@@ -638,10 +638,18 @@ def test_what_only_runs_in_the_students_notebook_is_explained(graded_here):
 
 
 def test_a_broken_answer_cell_is_explained(graded_here):
-    write_notebook(graded_here, "def add(x, y)\n    return x")
-    assert "raised SyntaxError when run on their own" in isolated().cases[0].message
+    write_notebook(graded_here, "import torch\n\ndef add(x, y)\n    return x")
+    message = isolated().cases[0].message
+    assert "raised SyntaxError when run on their own" in message and "(answer-cell-1, line 3)" in message, message
     write_notebook(graded_here, "def plus(x, y): return x")
     assert "define no function `add`" in isolated().cases[0].message
+
+
+def test_a_traceback_names_the_cell_and_its_line(graded_here):
+    # not the runner's own file: the cell the student wrote, its line counted as Jupyter counts it
+    write_notebook(graded_here, "import torch\n\ndef add(x, y):\n    return x[10 ** 6]\n")
+    message = isolated().cases[0].message
+    assert 'File "<answer-cell-1>", line 4, in add' in message and "return x[10 ** 6]" in message, message
 
 
 
@@ -1121,9 +1129,29 @@ def add(x, y):
 """
 
 
-def test_a_right_answer_in_a_view_of_a_wider_buffer_passes(graded_here):
+VECTOR_IN_A_WIDER_BUFFER = '''
+@triton.jit
+def add_spread_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    tl.store(out_ptr + 2 * offs, tl.load(x_ptr + offs, mask=inside) + tl.load(y_ptr + offs, mask=inside), mask=inside)
+
+
+def add(x, y):  # the right values, returned as every other element of a buffer twice as long
+    wide = torch.empty(2 * x.numel(), dtype=x.dtype, device=x.device)
+    add_spread_kernel[(triton.cdiv(x.numel(), 256),)](x, y, wide, x.numel(), BLOCK=256)
+    return wide[::2]
+'''
+
+
+def test_a_right_answer_in_a_view_of_a_wider_buffer_passes_unless_a_new_contiguous_tensor_is_asked_for(graded_here):
+    vector_add = exercises.get("vector_add")
+    write_notebook(graded_here, VECTOR_IN_A_WIDER_BUFFER, name=vector_add.name)
+    assert not vector_add.contiguous_output and isolated(vector_add).correct
     write_notebook(graded_here, VIEW_OF_A_WIDER_BUFFER)
-    assert isolated().correct
+    result = isolated()
+    failed = [c for c in result.cases if not c.passed]
+    assert ADD.contiguous_output and failed and all("not a contiguous layout" in c.message for c in failed)
 
 
 def test_an_exception_of_megabytes_is_the_students_own_and_cut_short(graded_here):

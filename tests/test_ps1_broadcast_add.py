@@ -160,6 +160,16 @@ def test_an_output_shaped_like_a_transposed_x_fails_the_transposed_cases():
     assert failed == {c.label for c in visible() if c.x_t and min(c.shape) > 1}
 
 
+def test_right_values_in_a_transposed_layout_fail_as_the_statement_asks_for_a_contiguous_output():
+    def transposed_output(x, y):  # x.t() + y.t(), written contiguously, then returned transposed
+        y_full = y.expand(x.shape)
+        return _launch(broadcast_add_kernel, x.t(), y_full.t(), x.t().stride(), y_full.t().stride()).t()
+
+    failed, result = failed_labels(transposed_output)
+    assert failed == {c.label for c in visible() if min(c.shape) > 1}
+    assert all("not a contiguous layout" in c.message for c in result.cases if not c.passed)
+
+
 def _packed_add(x, y):
     """Lesson 2's way: both inputs packed into (M, N) first, then one flat index."""
     m, n = x.shape

@@ -1,6 +1,8 @@
 """The committed student versions (student/, student/zh/) are what nbgrader releases, and run top
 to bottom."""
 import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 import pytest
@@ -129,3 +131,19 @@ def test_a_release_is_made_once_for_the_same_inputs_and_again_when_one_changes(t
     table.write_text(table.read_text().replace("习题集", "练习", 1))
     assert student_versions.release_key(first, "zh") != before
     assert student_versions.released(first, "zh") == f"{first} zh 2"
+
+
+def test_a_release_asked_for_twice_at_once_is_made_once(tmp_path, monkeypatch):
+    # the test workers, and sync's threads, ask for the same release side by side: 5 s of nbgrader each
+    made = []
+
+    def release(assignment, language):
+        made.append(assignment)
+        time.sleep(0.5)
+        return f"{assignment} {language}"
+
+    monkeypatch.setattr(student_versions, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(student_versions, "_release", release)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        texts = list(pool.map(lambda _: student_versions.released(ASSIGNMENTS[0], "zh"), range(3)))
+    assert texts == [f"{ASSIGNMENTS[0]} zh"] * 3 and made == [ASSIGNMENTS[0]]

@@ -94,5 +94,6 @@ EXERCISE = Exercise(
                           baseline="softmax backward (torch._softmax_backward_data)"),
     tolerances=SOFTMAX_BACKWARD_TOLERANCES,
     edge=lambda case: case.shape[-1] == 1,  # a row of one: y = 1, so dx = dy - dy = 0
+    contiguous_output=True,  # the statement asks for a new contiguous tensor
     points={"correctness": 4, "hidden": 4, "throughput": 2},
 )

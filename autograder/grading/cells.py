@@ -30,13 +30,22 @@ def answer_cells(notebook: Path, with_setup: bool = False) -> tuple[str, ...]:
     ``get_ipython()``, for which a runner's stand-in runs the Python of :data:`PYTHON_MAGICS`
     and does nothing else (:class:`.runner.NoShell`).
     Cells or fields of the wrong type count as empty."""
-    chosen = []
+    return tuple(source for _, source in graded_cells(notebook, with_setup))
+
+
+def graded_cells(notebook: Path, with_setup: bool = True) -> tuple[tuple[str, str], ...]:
+    """:func:`answer_cells`, each with a name a student can find it by (``setup-cell``,
+    ``answer-cell-2``): what a runner runs, and names in a traceback. ASCII without spaces in
+    every language: it is the cell's file name, which Triton writes into a kernel's debug lines."""
+    chosen, answers = [], 0
     for cell in _cells(notebook.read_text()):
         flags = _field(_field(cell, "metadata"), "nbgrader")
-        wanted = flags.get("solution") or (with_setup and flags.get("grade_id") == "setup")
-        if isinstance(cell, dict) and cell.get("cell_type") == "code" and wanted:
+        setup = with_setup and flags.get("grade_id") == "setup"
+        if isinstance(cell, dict) and cell.get("cell_type") == "code" and (flags.get("solution") or setup):
+            answers += not setup
             source = cell.get("source", "")
-            chosen.append(as_python("".join(source) if isinstance(source, list) else str(source)))
+            chosen.append(("setup-cell" if setup else f"answer-cell-{answers}",
+                           as_python("".join(source) if isinstance(source, list) else str(source))))
     return tuple(chosen)
 
 

@@ -59,7 +59,7 @@ from ..language import say
 from ..report import CaseResult, CheckResult, ThroughputResult
 from ..spec import Case, Exercise
 from . import host_modules, protocol, sandbox
-from .cells import answer_cells, joined
+from .cells import graded_cells
 
 if TYPE_CHECKING:
     from . import clock
@@ -115,9 +115,10 @@ class Runner:
     process has crashed, hung or broken the protocol, :attr:`ended` says so. It runs in a
     scratch folder of its own, removed when it stops."""
 
-    def __init__(self, exercise: Exercise, code: tuple[str, ...] | None, deadline: float, limit_s: float,
-                 begin: bool = True):
-        """Start the process, which runs the cells ``code`` (None: serve the reference); with
+    def __init__(self, exercise: Exercise, code: tuple[tuple[str, str], ...] | None, deadline: float,
+                 limit_s: float, begin: bool = True):
+        """Start the process, which runs the cells ``code``, each a name and its Python
+        (:func:`~.cells.graded_cells`; None: serve the reference); with
         ``begin``, also wait until it has run the answer cells
         (:meth:`begin`). Until then a student's runner only imports: none of their code runs."""
         self.exercise, self.code, self.deadline, self.limit_s = exercise, code, deadline, limit_s
@@ -136,14 +137,10 @@ class Runner:
         scratch = self.folder / "work"
         self.folder.chmod(0o711)  # a grading user reaches its own folder inside (and lists nothing)
         scratch.mkdir()
-        answer = scratch / "answer.py"
-        text, starts = joined(code or ())
-        answer.write_text(text)
-        (scratch / "cells.txt").write_text(",".join(map(str, starts)))  # thousands of cells: too long for argv
+        (scratch / "cells.json").write_text(json.dumps(code or ()))
         ours, theirs = socket.socketpair()
         self.channel = ours
-        cmd = [sys.executable, "-m", "autograder.grading.runner", answer.name, exercise.name, str(theirs.fileno()),
-               "--cells", "cells.txt"]
+        cmd = [sys.executable, "-m", "autograder.grading.runner", "cells.json", exercise.name, str(theirs.fileno())]
         if code is not None and sandbox.grading_user() is not None:  # not a cap on the instructor's own user
             cmd += ["--processes", str(settings.PROCESS_LIMIT.get())]
         self.process = sandbox.Sandboxed(cmd + (["--reference"] if code is None else []), cwd=scratch,
@@ -301,7 +298,7 @@ def grade_notebook(exercise: Exercise, *, cases: str, measure_throughput: bool) 
     budget = settings.GRADING_TIMEOUT_S.get()
     deadline = time.monotonic() + budget
     notebook = find_notebook(exercise.name)
-    code = answer_cells(notebook, with_setup=True)
+    code = graded_cells(notebook)
     where, seed = device.current(), secrets.randbits(31)
     # a kept runner serves the same answer cells under the same settings: the variables a runner starts with
     key = (exercise.name, notebook.resolve(), code, frozenset(sandbox.clean_environment(notebook.parent).items()))

@@ -11,14 +11,16 @@ gradients, for an exercise that has them): their bytes, or on a GPU their device
 (:mod:`.ipc`). It decides nothing: whatever it sends is checked by the judge, and anything
 it leaves out is a failure.
 
-``python -m autograder.grading.runner ANSWER.py EXERCISE FD`` is its entry point, the
-channel being file descriptor FD; with ``--reference`` it serves the exercise's PyTorch
-reference instead of any student's code, which the judge times as the baseline.
+``python -m autograder.grading.runner CELLS.json EXERCISE FD`` is its entry point (the cells as
+:func:`.cells.graded_cells` gives them), the channel being file descriptor FD; with
+``--reference`` it serves the exercise's PyTorch reference instead of any student's code,
+which the judge times as the baseline.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import linecache
 import os
 import socket
@@ -98,32 +100,33 @@ def shown_nowhere(*objects, **options) -> None:
 _MAGICS_RUN = itertools.count()
 
 
-def _filed(code: str) -> str:
-    """A name of its own that ``code`` is filed under in ``linecache``, as IPython files a cell:
-    Triton reads a kernel's source through ``inspect``, which finds it there."""
-    name = f"<answer magic {next(_MAGICS_RUN)}>"
+def _filed(code: str, name: str | None = None) -> str:
+    """The name ``code`` is filed under in ``linecache`` (``name`` in angle brackets, else one of
+    its own), as IPython files a cell: Triton reads a kernel's source through ``inspect``, which
+    finds it there, and a traceback shows its lines."""
+    name = f"<{name}>" if name else f"<answer magic {next(_MAGICS_RUN)}>"
     linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
     return name
 
 
-def run_answer(path: Path, starts: list[int]) -> tuple[dict, str | None]:
-    """Run the setup and answer cells as a notebook would (module ``__main__``), each compiled
-    on its own (a ``from __future__`` import is a cell's own), the cells starting on the lines
-    ``starts`` of ``path`` (counted from 0); their namespace, and why they failed if they did."""
+def run_answer(cells: list[tuple[str, str]]) -> tuple[dict, str | None]:
+    """Run the setup and answer cells, each a name and its Python, as a notebook would (module
+    ``__main__``), each compiled on its own under its name (a ``from __future__`` import is a
+    cell's own; a traceback says ``answer cell 2``, line 3); their namespace, and why they
+    failed if they did."""
     module = types.ModuleType("__main__")
     module.get_ipython, module.display = NoShell, shown_nowhere
     sys.modules["__main__"] = module
     sys.meta_path.insert(0, _HiddenPackages)
-    lines, name = path.read_text().split("\n"), str(path.resolve())
-    bounds = [*starts, len(lines)]
     try:
-        for start, end in zip(bounds, bounds[1:]):  # padded so each line keeps its number in the file
-            exec(compile("\n" * start + "\n".join(lines[start:end]), name, "exec"), vars(module))
+        for name, source in cells:
+            exec(compile(source, _filed(source, name), "exec"), vars(module))
         return vars(module), None
     except Exception as exc:  # the answer cells fail when run on their own
         from ..correctness import where_it_ran
-        # a syntax error's line number counts from the top of setup + answers: show the line
-        detail = f"{exc.msg}: `{exc.text.strip()}`" if isinstance(exc, SyntaxError) and exc.text else exc
+        detail = (say("{message}: `{line}` ({cell}, line {number})", message=exc.msg, line=exc.text.strip(),
+                      cell=exc.filename.strip("<>"), number=exc.lineno)
+                  if isinstance(exc, SyntaxError) and exc.text and exc.filename else exc)
         error = "\n".join([say("your answer cells raised {error_type} when run on their own: {detail}",
                                 error_type=type(exc).__name__, detail=detail), *where_it_ran(exc)])
         if sandbox.ran_out_of_memory(error):
@@ -308,11 +311,9 @@ def serve(channel: socket.socket, server: Server) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="run a student's answer cells for the judge (internal)")
-    parser.add_argument("answer", type=Path, help="the setup and answer cells, as a .py file")
+    parser.add_argument("cells", type=Path, help="the setup and answer cells: a JSON list of [name, Python]")
     parser.add_argument("exercise")
     parser.add_argument("fd", type=int, help="the channel to the judge")
-    parser.add_argument("--cells", type=Path, help="a file of the lines the cells start on, counted from 0, "
-                                                    "comma-separated (default: one cell)")
     parser.add_argument("--reference", action="store_true", help="serve the PyTorch reference instead")
     parser.add_argument("--processes", type=int, help="the most processes and threads of this user (given to "
                                                       "the grading user's runners)")
@@ -347,10 +348,9 @@ def main(argv=None) -> int:
         return 0
     guards.count_audit_hooks()
     before = Surroundings.now()
-    starts = [int(line) for line in args.cells.read_text().split(",") if line] if args.cells else [0]
     from .. import correctness
     correctness.ANSWER_CELLS_ALONE = True  # a missing name is then most likely one from another cell
-    namespace, error = run_answer(args.answer, starts)
+    namespace, error = run_answer([(str(name), str(source)) for name, source in json.loads(args.cells.read_text())])
     fn = namespace.get(exercise.function)
     if error is None and fn is None:
         error = say("your answer cells define no function `{function}`.", function=exercise.function)

@@ -16,6 +16,7 @@ differ from a fresh release (a test runs it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -24,6 +25,11 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 from . import sync as notebook_sync, translation
 from .translation import ASSIGNMENT_TABLES
@@ -71,12 +77,25 @@ def released(assignment: str, language: str = "en") -> str:
     cached = CACHE_DIR / f"{release_key(assignment, language)}.ipynb"
     if cached.exists():
         return cached.read_text()
-    text = _release(assignment, language)
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: no half file
-    partial.write_text(text)
-    partial.replace(cached)
+    with _alone(cached.with_suffix(".lock")):  # another process making the same release: wait for it
+        if cached.exists():
+            return cached.read_text()
+        text = _release(assignment, language)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: no half file
+        partial.write_text(text)
+        partial.replace(cached)
     return text
+
+
+@contextlib.contextmanager
+def _alone(lock: Path):
+    """Hold ``lock`` (a file) against every other process that asks for it (where there is
+    ``fcntl``: elsewhere two processes may each make the same release, which is only slower)."""
+    with open(lock, "a") as held:
+        if fcntl is not None:
+            fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 def _release(assignment: str, language: str) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 
 from .. import exercises, figures
+from ..guards import MAX_SCALAR_READS
 from ..language import say, speaking
 from .translation import ASSIGNMENT_TABLES, translate
 
@@ -106,8 +107,10 @@ def rubric(exercise_name: str, language: str = "en") -> str:
                 points=p["hidden"]),
             say("| throughput | {points:g} | at least {threshold:g}× the speed of `{baseline}` on a {case} input, on a GPU |",
                 points=p["throughput"], threshold=t.threshold, baseline=t.baseline, case=t.case.label),
-            *(["", say("A case whose answer takes no real work (all zeros, or a copy of an input) counts only once a "
-                       "case that does passes too.")] if ex.edge else []),
+            "", say("A case whose inputs hold {count} values or fewer (few enough to read one at a time and work the "
+                    "answer out on the host) counts only once a larger case passes too.", count=MAX_SCALAR_READS),
+            *([say("A case whose answer takes no real work (all zeros, or a copy of an input) counts only once a "
+                   "case that does passes too.")] if ex.edge else []),
             "", say("Grading runs the setup cell and your answer cells alone, in a fresh process: everything your "
                     "function needs (kernels, helpers, imports) goes in them, not in other cells or files.")])
 
