@@ -414,11 +414,6 @@ def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> s
     """Why the output ``name``, a tensor, is not a fresh one on the inputs' device, laid out as
     the exercise asks, or None."""
     the_output = name == "y"
-    if the_output and exercise.contiguous_output and not out.is_contiguous():
-        return say("the output has strides {strides}, not a contiguous layout ({wanted}): this exercise asks for a "
-                   "new contiguous tensor, as torch.empty(shape, ...) makes (torch.empty_like of a transposed "
-                   "input keeps its transposed layout).",
-                   strides=tuple(out.stride()), wanted=tuple(torch.empty(out.shape, device="meta").stride()))
     inputs = _tensors(given)
     if inputs and out.device != inputs[0].device:
         devices = dict(name=name, got=out.device, want=inputs[0].device)
@@ -433,6 +428,11 @@ def _not_a_fresh_tensor(exercise: Exercise, name: str, out, given, earlier) -> s
                     "(a cached buffer changes results the caller already holds).") if the_output
                 else say("{name} is the same buffer an earlier call returned: allocate a new tensor on every call "
                          "(a cached buffer changes results the caller already holds).", name=name))
+    if the_output and exercise.contiguous_output and not out.is_contiguous():
+        return say("the output has strides {strides}, not a contiguous layout ({wanted}): this exercise asks for a "
+                   "new contiguous tensor, as torch.empty(shape, ...) makes (torch.empty_like of a transposed "
+                   "input keeps its transposed layout).",
+                   strides=tuple(out.stride()), wanted=tuple(torch.empty(out.shape, device="meta").stride()))
     return None
 
 

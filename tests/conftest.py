@@ -97,7 +97,8 @@ def execute_notebook(nb, folder: Path, **options) -> None:
     with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
         km = AsyncKernelManager(kernel_name="python3")
         on_unix_sockets(km, sockets)
-        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(folder)}}, **options).execute()
+        client = NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(folder)}}, **options)
+        client.execute(cleanup_kc=True)  # the kernel ends with the run
 
 
 @pytest.fixture(autouse=True)

@@ -69,7 +69,8 @@ RUN_NOTEBOOK = textwrap.dedent('''
     with tempfile.TemporaryDirectory(prefix="kernel-") as sockets:
         km = AsyncKernelManager(kernel_name="python3")
         on_unix_sockets(km, sockets)
-        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(nb, km=km, timeout=600, resources={"metadata": {"path": str(path.parent)}}).execute(
+            cleanup_kc=True)  # the kernel ends with the run
     colab_cell = next(c for c in nb.cells if c.cell_type == "code" and "google.colab" in c.source)
     print(json.dumps({
         "seconds": round(time.monotonic() - start, 1),

@@ -97,7 +97,7 @@ def test_the_reference_passes_in_a_clean_process(graded_here):
 
 
 def test_answer_cells_run_as_jupyter_runs_them(graded_here):
-    """Each cell compiled on its own (a ``from __future__`` import is the cell's own); the
+    """Each cell compiled on its own (a ``from __future__`` import holds from its cell on); the
     Python of ``%%capture``, ``%%time`` and ``%time`` runs (a kernel defined there too), other
     magics and shell lines do nothing, and are such only where a statement starts: ``%``
     beginning a continued line is Python's (black breaks lines so)."""
@@ -105,6 +105,17 @@ def test_answer_cells_run_as_jupyter_runs_them(graded_here):
               "WRAP = (\n    7\n    % 4\n)\nassert WRAP == 3, WRAP\n"
               + solution_section("solutions/broadcast_add.py", "add")
               + "\n_x = torch.ones(4, 4, device=device.device)\n%time _out = add(_x, _x[0])\nassert _out.shape == (4, 4)\n")
+    write_notebook(graded_here, answer)
+    result = isolated()
+    assert result.correct, result.summary()
+
+
+def test_annotations_are_evaluated_as_in_jupyter(graded_here):
+    # the runner's own `from __future__ import annotations` must not reach the student's cells:
+    # Triton's interpreter would then read `BLOCK: language.constexpr` as a string, not a constexpr
+    answer = ("def _probe(x: int) -> int:\n    return x\n\n"
+              "assert _probe.__annotations__['x'] is int, 'annotations became strings'\n"
+              + solution_section("solutions/broadcast_add.py", "add"))
     write_notebook(graded_here, answer)
     result = isolated()
     assert result.correct, result.summary()
@@ -353,8 +364,8 @@ def test_a_students_tests_share_one_runner_and_one_baseline(graded_here, started
 
 def test_a_runner_runs_no_student_code_before_it_begins(graded_here):
     """A student's runner imports while the judge calibrates the baseline, and waits."""
-    runner = judging.Runner(ADD, (("setup-cell", SETUP), ("answer-cell-1", "open('ran', 'w').close()\n" + REFERENCE_ADD)),
-                            time.monotonic() + 120, 120, begin=False)
+    cells = (("setup-cell", SETUP), ("answer-cell-1", "open('ran', 'w').close()\n" + REFERENCE_ADD))
+    runner = judging.Runner(ADD, cells, time.monotonic() + 120, 120, begin=False)
     try:
         marker = runner.folder / "work" / "ran"
         time.sleep(5)  # time enough to import and run the cells, were it let

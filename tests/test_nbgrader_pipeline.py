@@ -206,7 +206,7 @@ def test_the_judges_kernel_needs_no_free_tcp_port(tmp_path, monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         km.cache_ports, km.shell_port = False, taken.getsockname()[1]  # as if taken after it was picked
-        NotebookClient(nb, km=km, timeout=120, resources=execute.resources).execute()
+        NotebookClient(nb, km=km, timeout=120, resources=execute.resources).execute(cleanup_kc=True)
     assert nb.cells[0].outputs[0]["text"] == "42\n"
 
 

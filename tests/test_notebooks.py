@@ -1,6 +1,7 @@
 """Every notebook runs top to bottom, is committed clean, and is in step with its sources."""
 import re
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -43,6 +44,17 @@ def test_executes_top_to_bottom(path, monkeypatch):
     if (outputs := settings.NOTEBOOK_OUTPUTS.get()) is not None:
         _append_text_outputs(nb, path, outputs)
     assert time.monotonic() - start < BUDGET_S
+
+
+def test_a_notebook_run_here_leaves_no_kernel_behind(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os; print(os.getpid())")])
+    execute_notebook(nb, tmp_path)
+    kernel = int(nb.cells[0].outputs[0]["text"])
+    for _ in range(50):  # it is killed as the run ends; its exit may lag a moment
+        if not Path(f"/proc/{kernel}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{kernel}").exists(), "the kernel outlived the notebook's run"
 
 
 def _append_text_outputs(nb, path, target) -> None:

@@ -37,14 +37,16 @@ def graded_cells(notebook: Path, with_setup: bool = True) -> tuple[tuple[str, st
     """:func:`answer_cells`, each with a name a student can find it by (``setup-cell``,
     ``answer-cell-2``): what a runner runs, and names in a traceback. ASCII without spaces in
     every language: it is the cell's file name, which Triton writes into a kernel's debug lines."""
-    chosen, answers = [], 0
+    chosen, counts = [], {"setup-cell": 0, "answer-cell": 0}
     for cell in _cells(notebook.read_text()):
         flags = _field(_field(cell, "metadata"), "nbgrader")
         setup = with_setup and flags.get("grade_id") == "setup"
         if isinstance(cell, dict) and cell.get("cell_type") == "code" and (flags.get("solution") or setup):
-            answers += not setup
+            kind = "setup-cell" if setup else "answer-cell"
+            counts[kind] += 1
             source = cell.get("source", "")
-            chosen.append(("setup-cell" if setup else f"answer-cell-{answers}",
+            name = "setup-cell" if setup and counts[kind] == 1 else f"{kind}-{counts[kind]}"  # a name each
+            chosen.append((name,
                            as_python("".join(source) if isinstance(source, list) else str(source))))
     return tuple(chosen)
 

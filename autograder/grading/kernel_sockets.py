@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 _LONGEST_SOCKET_PATH = 100
-"""Below the platforms' limits on a socket's path (104 bytes on macOS, 108 on Linux), with
+"""Bytes, below the platforms' limits on a socket's path (104 on macOS, 108 on Linux), with
 room for the ``-N`` jupyter_client appends."""
 
 
@@ -20,5 +20,5 @@ def on_unix_sockets(km, folder: str | Path) -> None:
     which nothing else uses; it keeps TCP where Unix sockets are missing (Windows) or the
     folder's path is too long for one."""
     base = os.path.join(os.path.abspath(folder), "kernel")
-    if os.name == "posix" and len(base) + 3 <= _LONGEST_SOCKET_PATH:
+    if os.name == "posix" and len(os.fsencode(base)) + 3 <= _LONGEST_SOCKET_PATH:
         km.transport, km.ip = "ipc", base

@@ -18,10 +18,13 @@ which the judge times as the baseline.
 """
 from __future__ import annotations
 
+import __future__
 import argparse
+import functools
 import itertools
 import json
 import linecache
+import operator
 import os
 import socket
 import sys
@@ -76,15 +79,15 @@ class NoShell:
         code = as_python(line)
         name, namespace = _filed(code), vars(sys.modules["__main__"])
         try:  # an expression gives its value (``out = %time f(x)``), a statement runs
-            return eval(compile(code, name, "eval"), namespace)
+            return eval(_compiled(code, name, "eval"), namespace)
         except SyntaxError:
-            exec(compile(code, name, "exec"), namespace)
+            exec(_compiled(code, name), namespace)
             return None
 
     def run_cell_magic(self, name: str, line: str, cell: str, *args, **kwargs) -> None:
         if name in PYTHON_MAGICS:
             code = as_python(cell)
-            exec(compile(code, _filed(code), "exec"), vars(sys.modules["__main__"]))
+            exec(_compiled(code, _filed(code)), vars(sys.modules["__main__"]))
 
     def _nothing(self, *args, **kwargs) -> None:
         return None
@@ -100,6 +103,20 @@ def shown_nowhere(*objects, **options) -> None:
 _MAGICS_RUN = itertools.count()
 
 
+_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, feature).compiler_flag
+                                                for feature in __future__.all_feature_names))
+_futures_in_force = 0
+
+
+def _compiled(source: str, filename: str, mode: str = "exec"):
+    """``source`` compiled as IPython compiles a cell: with the ``from __future__`` imports of the
+    cells before it, and none of this module's own (``compile`` would inherit them)."""
+    global _futures_in_force
+    code = compile(source, filename, mode, flags=_futures_in_force, dont_inherit=True)
+    _futures_in_force |= code.co_flags & _FUTURE_FLAGS
+    return code
+
+
 def _filed(code: str, name: str | None = None) -> str:
     """The name ``code`` is filed under in ``linecache`` (``name`` in angle brackets, else one of
     its own), as IPython files a cell: Triton reads a kernel's source through ``inspect``, which
@@ -111,16 +128,16 @@ def _filed(code: str, name: str | None = None) -> str:
 
 def run_answer(cells: list[tuple[str, str]]) -> tuple[dict, str | None]:
     """Run the setup and answer cells, each a name and its Python, as a notebook would (module
-    ``__main__``), each compiled on its own under its name (a ``from __future__`` import is a
-    cell's own; a traceback says ``answer cell 2``, line 3); their namespace, and why they
-    failed if they did."""
+    ``__main__``), each compiled on its own under its name (a traceback says ``answer-cell-2``,
+    line 3), a ``from __future__`` import in force from its cell on (:func:`_compiled`); their
+    namespace, and why they failed if they did."""
     module = types.ModuleType("__main__")
     module.get_ipython, module.display = NoShell, shown_nowhere
     sys.modules["__main__"] = module
     sys.meta_path.insert(0, _HiddenPackages)
     try:
         for name, source in cells:
-            exec(compile(source, _filed(source, name), "exec"), vars(module))
+            exec(_compiled(source, _filed(source, name)), vars(module))
         return vars(module), None
     except Exception as exc:  # the answer cells fail when run on their own
         from ..correctness import where_it_ran

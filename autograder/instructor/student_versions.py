@@ -91,10 +91,12 @@ def released(assignment: str, language: str = "en") -> str:
 @contextlib.contextmanager
 def _alone(lock: Path):
     """Hold ``lock`` (a file) against every other process that asks for it (where there is
-    ``fcntl``: elsewhere two processes may each make the same release, which is only slower)."""
+    ``fcntl`` and the file system locks: elsewhere two processes may each make the same
+    release, which is only slower)."""
     with open(lock, "a") as held:
         if fcntl is not None:
-            fcntl.flock(held, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):
+                fcntl.flock(held, fcntl.LOCK_EX)
         yield
 
 
